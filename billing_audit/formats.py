@@ -1,0 +1,102 @@
+"""The interface every export format implements, and the registry of formats.
+
+A format is data: which source columns it reads (with the kind each is parsed
+as), how it recognises a file from its own header or schema, and one SQL SELECT
+that maps the parsed source (a relation called ``src``) onto canonical columns
+(see :mod:`billing_audit.schema`).  Provider-specific formats live in
+``connectors/``; this module knows none of them by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import ClassVar
+
+# Kinds a source column is parsed as before the mapping SQL sees it.
+TEXT = "text"  # VARCHAR, trimmed of nothing; ids stay text (leading zeros kept)
+NUM = "num"  # DECIMAL(38,12): "1.5", "1.2E-5", doubles; "" -> NULL; anything else is an error
+TIME = "time"  # TIMESTAMP (UTC): ISO with or without zone, M/D/YYYY, YYYY-MM-DD; "" -> NULL
+RAW = "raw"  # as the reader typed it (nested parquet/json columns)
+
+FILE_KINDS = ("parquet", "csv", "json")
+
+
+@dataclass
+class ExportFormat:
+    """One export format.  Subclasses set the class attributes; few override methods."""
+
+    id: ClassVar[str]
+    provider: ClassVar[str]
+    title: ClassVar[str]
+    file_kinds: ClassVar[tuple[str, ...]] = ("parquet", "csv")
+    columns: ClassVar[dict[str, str]] = {}
+    required: ClassVar[tuple[str, ...]] = ()
+    select_sql: ClassVar[str] = ""
+
+    def detect(self, cols: dict[str, str], kind: str) -> bool:  # pragma: no cover - abstract
+        """True when a file with these columns (lower-cased name -> DuckDB type) is this format."""
+        raise NotImplementedError
+
+    def normalize_name(self, name: str) -> str:
+        """The declared name a source column answers to (matching is case-insensitive)."""
+        return name.lower()
+
+    def dynamic_columns(self, cols: dict[str, str]) -> dict[str, str]:
+        """Extra source columns this file has that the format reads (e.g. per-tag columns)."""
+        return {}
+
+    def render(self, cols: dict[str, str]) -> str:
+        """The mapping SELECT for a file with these columns."""
+        return self.select_sql
+
+
+@dataclass
+class DeliveryHint:
+    """What a manifest says about a delivery: its files and when it was made."""
+
+    key: str
+    files: list[Path]
+    version: datetime | None = None
+    label: str = ""
+    newest: bool = False  # the manifest marks this delivery as its period's current one
+    superseded_keys: list[str] = field(default_factory=list)
+
+
+class ManifestReader:
+    """Reads one provider's manifest files into a :class:`DeliveryHint`."""
+
+    name_pattern: ClassVar[re.Pattern[str]]
+
+    def matches(self, path: Path) -> bool:
+        return bool(self.name_pattern.fullmatch(path.name))
+
+    def read(self, path: Path) -> DeliveryHint | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def has_all(cols: dict[str, str], *names: str) -> bool:
+    return all(n.lower() in cols for n in names)
+
+
+def has_any(cols: dict[str, str], *names: str) -> bool:
+    return any(n.lower() in cols for n in names)
+
+
+def registry() -> list[ExportFormat]:
+    """Every known format, most specific first."""
+    from connectors import FORMATS
+
+    return list(FORMATS)
+
+
+def manifest_readers() -> list[ManifestReader]:
+    from connectors import MANIFESTS
+
+    return list(MANIFESTS)
+
+
+def describe_formats() -> str:
+    return "\n".join(f"  {f.id:<28} {f.title}" for f in registry())

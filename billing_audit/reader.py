@@ -1,0 +1,333 @@
+"""Read one export file through DuckDB and map it onto canonical columns.
+
+Python never holds the rows: this module only builds SQL.  The source is
+exposed as ``src`` (declared columns parsed by kind, absent ones NULL, plus the
+1-based record number ``_row``) and the format's SELECT maps it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from billing_audit import formats as fm
+from billing_audit import schema
+from billing_audit.errors import InputError, UnknownFormatError
+
+DATA_SUFFIXES = (".parquet", ".csv", ".csv.gz", ".zip", ".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz")
+
+MACROS = [
+    # text -> DECIMAL; "" -> NULL; anything unreadable raises (diagnosed afterwards)
+    """CREATE OR REPLACE TEMP MACRO ba_num(x) AS (
+        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
+             ELSE CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_try_num(x) AS (
+        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
+             ELSE TRY_CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_try_ts(x) AS (
+        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
+             ELSE coalesce(
+                try_strptime(trim(CAST(x AS VARCHAR)), ['%m/%d/%Y', '%m/%d/%Y %H:%M:%S', '%m/%d/%Y %I:%M:%S %p']),
+                CAST(TRY_CAST(trim(CAST(x AS VARCHAR)) AS TIMESTAMPTZ) AS TIMESTAMP)) END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_ts(x) AS (
+        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
+             ELSE coalesce(ba_try_ts(x), error('cannot read date ' || CAST(x AS VARCHAR))) END)""",
+    # list of {k, v} -> MAP: keys trimmed and lower-cased, empty values dropped,
+    # keys that differ only by case merged (first non-empty value in source order wins)
+    """CREATE OR REPLACE TEMP MACRO ba_tags(entries) AS (
+      map_from_entries(list_transform(
+        list_sort(list_distinct(list_transform(
+          list_filter(entries, lambda e: e.v IS NOT NULL AND trim(e.v) <> '' AND e.k IS NOT NULL AND trim(e.k) <> ''),
+          lambda e: lower(trim(e.k))))),
+        lambda key: {'key': key, 'value': trim(list_filter(entries,
+          lambda e: e.k IS NOT NULL AND lower(trim(e.k)) = key AND e.v IS NOT NULL AND trim(e.v) <> '')[1].v)})))""",
+    # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
+    """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
+        CASE WHEN s IS NULL OR trim(s) = '' OR trim(s) = '{}' THEN NULL
+             WHEN starts_with(trim(s), '{') THEN (CASE WHEN json_valid(trim(s)) AND json_type(trim(s)) = 'OBJECT' THEN trim(s) END)
+             ELSE (CASE WHEN json_valid('{' || trim(s) || '}') THEN '{' || trim(s) || '}' END) END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_json_tags(s) AS (
+        list_transform(map_entries(json_transform(ba_json_obj(s), '"MAP(VARCHAR, VARCHAR)"')),
+                       lambda e: {'k': e.key, 'v': e.value}))""",
+    """CREATE OR REPLACE TEMP MACRO ba_tags_malformed(s) AS (
+        s IS NOT NULL AND trim(s) <> '' AND trim(s) <> '{}' AND ba_json_obj(s) IS NULL)""",
+]
+
+
+def install_macros(con: duckdb.DuckDBPyConnection) -> None:
+    for m in MACROS:
+        con.execute(m)
+
+
+def lit(value: str) -> str:
+    """A SQL string literal (paths and names only; user data is always bound)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def is_data_file(path: Path) -> bool:
+    name = path.name.lower()
+    if name.startswith(".") or "manifest" in name:
+        return False
+    return name.endswith(DATA_SUFFIXES)
+
+
+def file_kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz")):
+        return "json"
+    return "csv"
+
+
+@contextmanager
+def readable(path: Path) -> Iterator[list[tuple[Path, str]]]:
+    """Yield (local path, display name) pairs DuckDB can read; unpacks .zip members."""
+    if not path.name.lower().endswith(".zip"):
+        yield [(path, str(path))]
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="ba-zip-"))
+    try:
+        try:
+            zf = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as e:
+            raise InputError(str(path), f"not a readable zip archive ({e})") from None
+        out = []
+        with zf:
+            for info in zf.infolist():
+                if info.is_dir() or not is_data_file(Path(info.filename)):
+                    continue
+                target = tmp / f"{len(out):04d}-{Path(info.filename).name}"
+                with zf.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                out.append((target, f"{path}!{info.filename}"))
+        if not out:
+            raise InputError(str(path), "zip archive holds no CSV or parquet file")
+        yield out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sniff_text(path: Path, display: str) -> None:
+    """Refuse text that is not UTF-8 before DuckDB gives a vaguer message."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError) as e:
+        raise InputError(display, f"cannot read file ({e})") from None
+    if not head.strip():
+        raise InputError(display, "file is empty")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(display, "file is UTF-16; billing-audit reads UTF-8 exports (re-save the file as UTF-8)")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:  # not just a character cut at the buffer's end
+            line = head[: e.start].count(b"\n") + 1
+            raise InputError(
+                display,
+                f"not UTF-8 text (byte 0x{head[e.start]:02x} on line {line}); re-save the file as UTF-8",
+                row=line - 1 if line > 1 else None,
+            ) from None
+
+
+def reader_sql(path: Path, kind: str) -> str:
+    p = lit(str(path))
+    if kind == "parquet":
+        return f"read_parquet({p}, file_row_number=true)"
+    if kind == "json":
+        return f"read_json({p}, format='auto', maximum_object_size=268435456)"
+    return (
+        f"read_csv({p}, header=true, all_varchar=true, delim=',', quote='\"', escape='\"', "
+        "strict_mode=true, null_padding=false, max_line_size=67108864, buffer_size=134217728)"
+    )
+
+
+def explain_duckdb_error(e: Exception) -> str:
+    msg = str(e).strip()
+    msg = re.sub(r"^[A-Za-z ]+Error: ", "", msg)
+    first = msg.splitlines()[0] if msg else type(e).__name__
+    return first
+
+
+def probe_columns(con: duckdb.DuckDBPyConnection, path: Path, display: str, kind: str) -> dict[str, str]:
+    """Column name -> DuckDB type, read from the file's own header/schema."""
+    if kind in ("csv", "json"):
+        _sniff_text(path, display)
+    elif path.stat().st_size == 0:
+        raise InputError(display, "file is empty")
+    try:
+        rows = con.execute(f"DESCRIBE SELECT * FROM {reader_sql(path, kind)}").fetchall()
+    except duckdb.Error as e:
+        raise InputError(display, f"cannot read as {kind}: {explain_duckdb_error(e)}") from None
+    cols = {r[0]: r[1] for r in rows if r[0] != "file_row_number"}
+    if not cols:
+        raise InputError(display, "file has no columns")
+    return cols
+
+
+def detect(cols: dict[str, str], kind: str, display: str) -> fm.ExportFormat:
+    for f in fm.registry():
+        lower = {f.normalize_name(k).lower(): v for k, v in reversed(cols.items())}
+        if kind in f.file_kinds and f.detect(lower, kind):
+            return f
+    sample = ", ".join(list(cols)[:8])
+    raise UnknownFormatError(
+        display,
+        f"not a billing export this tool understands (columns: {sample}...). Understood formats:\n"
+        + fm.describe_formats(),
+    )
+
+
+@dataclass
+class MappedFile:
+    path: Path
+    display: str
+    kind: str
+    fmt: fm.ExportFormat
+    cols: dict[str, str]  # actual name -> type
+
+    def by_name(self) -> dict[str, str]:
+        """Normalised (lower-case) name -> actual column name; the first of duplicates wins."""
+        out: dict[str, str] = {}
+        for k in self.cols:
+            out.setdefault(self.fmt.normalize_name(k).lower(), k)
+        return out
+
+    def lower_cols(self) -> dict[str, str]:
+        by = self.by_name()
+        return {n: self.cols[a] for n, a in by.items()}
+
+    def declared(self) -> dict[str, str]:
+        d = dict(self.fmt.columns)
+        d.update(self.fmt.dynamic_columns(self.lower_cols()))
+        return d
+
+    def src_sql(self) -> str:
+        by_lower = self.by_name()
+        declared = self.declared()
+        missing = [n for n in self.fmt.required if n.lower() not in by_lower]
+        if missing:
+            raise InputError(self.display, f"required column missing for {self.fmt.id}", column=missing[0])
+        parts = []
+        for name, kind in declared.items():
+            actual = by_lower.get(name.lower())
+            if actual is None:
+                null_type = "VARCHAR" if kind != fm.RAW else "VARCHAR"
+                if kind == fm.NUM:
+                    null_type = schema.MONEY
+                elif kind == fm.TIME:
+                    null_type = "TIMESTAMP"
+                parts.append(f"NULL::{null_type} AS {ident(name)}")
+                continue
+            ref = "raw." + ident(actual)
+            if kind == fm.NUM:
+                expr = ref if self.cols[actual].startswith("DECIMAL") else f"ba_num({ref})"
+            elif kind == fm.TIME:
+                expr = f"CAST({ref} AS TIMESTAMP)" if self.cols[actual] == "TIMESTAMP" else f"ba_ts({ref})"
+            elif kind == fm.TEXT:
+                expr = f"CAST({ref} AS VARCHAR)"
+            else:
+                expr = ref
+            parts.append(f"{expr} AS {ident(name)}")
+        row = "file_row_number + 1" if self.kind == "parquet" else "row_number() OVER ()"
+        parts.append(f"{row} AS _row")
+        return f"SELECT {', '.join(parts)} FROM {reader_sql(self.path, self.kind)} AS raw"
+
+    def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int) -> str:
+        """SELECT producing every canonical column in schema order."""
+        body = self.fmt.render(self.lower_cols())
+        src = self.src_sql()
+        try:
+            provided = {r[0] for r in con.execute(f"DESCRIBE WITH src AS ({src}) {body}").fetchall()}
+        except duckdb.Error as e:
+            raise InputError(self.display, f"cannot map as {self.fmt.id}: {explain_duckdb_error(e)}") from None
+        unknown = provided - set(schema.COLUMN_NAMES) - {"_row"}
+        if unknown:  # a format bug, not a user error
+            raise RuntimeError(f"{self.fmt.id} maps to non-canonical columns {sorted(unknown)}")
+        provider = self.fmt.provider
+        fixed = {
+            "x_LineItemId": f"{lit(provider + '-' + fp[:12] + '-')} || CAST(m._row AS VARCHAR)",
+            "x_Provider": lit(provider),
+            "x_SourceFile": lit(self.display),
+            "x_SourceRow": "m._row",
+            "x_SourceFormat": lit(self.fmt.id),
+            "x_IngestId": str(int(ingest_id)),
+        }
+        out = []
+        for c in schema.COLUMNS:
+            if c.name in fixed:
+                expr = fixed[c.name]
+            elif c.name == "BillingPeriodStart":
+                inner = 'm."BillingPeriodStart"' if c.name in provided else "NULL"
+                expr = f"coalesce(CAST({inner} AS TIMESTAMP), date_trunc('month', CAST(m.\"ChargePeriodStart\" AS TIMESTAMP)))"
+            elif c.name == "BillingPeriodEnd":
+                inner = 'm."BillingPeriodEnd"' if c.name in provided else "NULL"
+                expr = (
+                    f"coalesce(CAST({inner} AS TIMESTAMP), date_trunc('month', CAST(m.\"ChargePeriodStart\" AS TIMESTAMP))"
+                    " + INTERVAL 1 MONTH)"
+                )
+            elif c.name == "Tags":
+                expr = "coalesce(m.\"Tags\", MAP {}::MAP(VARCHAR, VARCHAR))" if "Tags" in provided else "MAP {}::MAP(VARCHAR, VARCHAR)"
+            elif c.name in provided:
+                expr = f"CAST(m.{ident(c.name)} AS {c.type})"
+            else:
+                expr = f"NULL::{c.type}"
+            out.append(f"{expr} AS {ident(c.name)}")
+        return f"WITH src AS ({src})\nSELECT {', '.join(out)} FROM ({body}) AS m"
+
+
+def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:
+    """After a failed read: find the first row and column that cannot be parsed."""
+    by_lower = mf.by_name()
+    declared = mf.declared()
+    row = "file_row_number + 1" if mf.kind == "parquet" else "row_number() OVER ()"
+    for name, kind in declared.items():
+        actual = by_lower.get(name.lower())
+        if actual is None or kind not in (fm.NUM, fm.TIME):
+            continue
+        if kind == fm.NUM and mf.cols[actual].startswith("DECIMAL"):
+            continue
+        if kind == fm.TIME and mf.cols[actual] == "TIMESTAMP":
+            continue
+        check = "ba_try_num" if kind == fm.NUM else "ba_try_ts"
+        ref = "raw." + ident(actual)
+        sql = (
+            f"SELECT _row, v FROM (SELECT {row} AS _row, CAST({ref} AS VARCHAR) AS v, {check}({ref}) AS p "
+            f"FROM {reader_sql(mf.path, mf.kind)} AS raw) WHERE v IS NOT NULL AND trim(v) <> '' AND p IS NULL "
+            "ORDER BY _row LIMIT 1"
+        )
+        try:
+            hit = con.execute(sql).fetchone()
+        except duckdb.Error:
+            continue
+        if hit:
+            what = "a number" if kind == fm.NUM else "a date"
+            shown = hit[1] if len(hit[1]) <= 60 else hit[1][:57] + "..."
+            return InputError(mf.display, f"cannot read {shown!r} as {what}", row=int(hit[0]), column=actual)
+    msg = explain_duckdb_error(original)
+    m = re.search(r"line[: ]+(\d+)", msg, re.IGNORECASE)
+    return InputError(mf.display, msg, row=int(m.group(1)) - 1 if m else None)

@@ -1,0 +1,321 @@
+"""The DuckDB store: line_items, ingest_log and the bookkeeping that prevents double counting.
+
+Replacement rule: the store keeps, for every slice (provider, billing account,
+billing period), the lines of exactly one delivery: the newest one ingested.
+A delivery is ingested in one transaction; a failure or a kill leaves the store
+as it was before it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from billing_audit import schema
+from billing_audit.deliveries import Delivery, group
+from billing_audit.errors import BillingAuditError, InputError
+from billing_audit.reader import (
+    MappedFile,
+    diagnose,
+    detect,
+    explain_duckdb_error,
+    file_kind,
+    install_macros,
+    probe_columns,
+    readable,
+)
+
+DEFAULT_DB = "billing-audit.duckdb"
+
+BOOKKEEPING = [
+    """CREATE TABLE IF NOT EXISTS deliveries (
+        ingest_id BIGINT PRIMARY KEY,
+        delivery_key VARCHAR NOT NULL,
+        label VARCHAR,
+        version TIMESTAMP NOT NULL,
+        version_rank INTEGER NOT NULL,
+        version_source VARCHAR,
+        fingerprint VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        ingested_at TIMESTAMP NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS slices (
+        x_Provider VARCHAR NOT NULL,
+        BillingAccountId VARCHAR,
+        BillingPeriodStart TIMESTAMP,
+        ingest_id BIGINT NOT NULL,
+        rows BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ingest_log (
+        ingest_id BIGINT NOT NULL,
+        file VARCHAR NOT NULL,
+        fingerprint VARCHAR NOT NULL,
+        format VARCHAR NOT NULL,
+        provider VARCHAR NOT NULL,
+        delivery_key VARCHAR NOT NULL,
+        periods VARCHAR,
+        rows BIGINT NOT NULL,
+        cost_total MAP(VARCHAR, DECIMAL(38,12)),
+        status VARCHAR NOT NULL,
+        ingested_at TIMESTAMP NOT NULL)""",
+]
+
+
+@dataclass
+class FileResult:
+    file: str
+    status: str  # ingested | unchanged | superseded | failed
+    format: str | None = None
+    rows: int = 0
+    message: str = ""
+
+
+@dataclass
+class IngestReport:
+    files: list[FileResult] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    replaced_rows: int = 0
+
+    @property
+    def failed(self) -> int:
+        return len(self.errors)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files if f.status == "ingested")
+
+    def count(self, status: str) -> int:
+        return sum(1 for f in self.files if f.status == status)
+
+
+Progress = Callable[[str, int], None]
+
+
+def resolve_db(path: str | os.PathLike[str] | None) -> Path:
+    return Path(path or os.environ.get("BILLING_AUDIT_DB") or DEFAULT_DB)
+
+
+class Store:
+    """A billing-audit store on disk.
+
+    >>> import billing_audit
+    >>> store = billing_audit.open("billing-audit.duckdb")   # doctest: +SKIP
+    >>> store.ingest(["fixtures/aws"]).rows                   # doctest: +SKIP
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
+        self.path = resolve_db(path)
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as e:
+            raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
+        self.con.execute("SET TimeZone = 'UTC'")
+        install_macros(self.con)
+        if not read_only:
+            self._create()
+
+    # -- schema -----------------------------------------------------------------
+    def _create(self) -> None:
+        self.con.execute(schema.create_line_items_sql())
+        for ddl in BOOKKEEPING:
+            self.con.execute(ddl)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queries ----------------------------------------------------------------
+    def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run a query and return a polars DataFrame (DECIMAL stays Decimal)."""
+        table = self.con.sql(query, params=params or None).to_arrow_table()
+        out = pl.from_arrow(table)
+        assert isinstance(out, pl.DataFrame)
+        return out
+
+    def summary(self) -> pl.DataFrame:
+        """Lines and cost per provider, billing period and currency."""
+        return self.sql(
+            """SELECT x_Provider AS provider, strftime(BillingPeriodStart, '%Y-%m') AS period,
+                      BillingCurrency AS currency, count(*) AS lines,
+                      sum(BilledCost) AS billed_cost, sum(EffectiveCost) AS effective_cost,
+                      sum(ListCost) AS list_cost
+               FROM line_items GROUP BY ALL ORDER BY provider, period, currency"""
+        )
+
+    # -- ingest -----------------------------------------------------------------
+    def ingest(self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None) -> IngestReport:
+        """Ingest export files or folders; returns what happened to each file.
+
+        Bad files are reported in ``report.errors`` and leave the store untouched;
+        the other files still ingest.
+        """
+        deliveries, errors = group([Path(p) for p in paths])
+        report = IngestReport(errors=list(errors))
+        for e in errors:
+            report.files.append(FileResult(e.file, "failed", message=e.reason))
+        for d in deliveries:
+            try:
+                self._ingest_delivery(d, report, progress)
+            except InputError as e:
+                report.errors.append(e)
+                for f in d.files:
+                    status = "failed" if e.file.split("!")[0] == str(f) else "not ingested"
+                    msg = e.reason if status == "failed" else f"its delivery failed on {e.file}"
+                    report.files.append(FileResult(str(f), status, message=msg))
+        return report
+
+    def _next_ingest_id(self) -> int:
+        row = self.con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM deliveries").fetchone()
+        return int(row[0]) if row else 1
+
+    def _ingest_delivery(self, d: Delivery, report: IngestReport, progress: Progress | None) -> None:
+        fps = d.fingerprints()
+        combined = d.combined_fingerprint()
+        seen = self.con.execute(
+            "SELECT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = d.ingest_id) FROM deliveries d "
+            "WHERE fingerprint = ? ORDER BY ingest_id DESC LIMIT 1",
+            [combined],
+        ).fetchone()
+        if seen is not None:
+            # Seen before: either it is what the store holds, or a newer delivery replaced it.
+            status = "unchanged" if seen[0] else "superseded"
+            msg = "already in the store" if seen[0] else "already seen; a newer delivery of its period is in the store"
+            for f in d.files:
+                report.files.append(FileResult(str(f), status, message=msg))
+                if progress:
+                    progress(str(f), 0)
+            return
+        con = self.con
+        ingest_id = self._next_ingest_id()
+        now = datetime.now(UTC).replace(tzinfo=None)
+        results: list[FileResult] = []
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for f in d.files:
+                with readable(f) as parts:
+                    for local, display in parts:
+                        kind = file_kind(local)
+                        cols = probe_columns(con, local, display, kind)
+                        fmt = detect(cols, kind, display)
+                        mf = MappedFile(local, display, kind, fmt, cols)
+                        fp = _part_fp(fps[f], display, local == f)
+                        sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
+                        try:
+                            n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
+                        except duckdb.Error as e:
+                            con.execute("ROLLBACK")
+                            con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid
+                            raise diagnose(con, mf, e) from None
+                        rows = int(n[0]) if n else 0
+                        if rows == 0:
+                            raise InputError(display, "file has a header but no data rows")
+                        tot = con.execute(
+                            "SELECT (SELECT map_from_entries(list({'key': coalesce(c, ''), 'value': t})) FROM "
+                            "(SELECT BillingCurrency AS c, sum(BilledCost) AS t FROM line_items "
+                            "WHERE x_IngestId = $1 AND x_SourceFile = $2 GROUP BY 1)), "
+                            "(SELECT string_agg(DISTINCT strftime(BillingPeriodStart, '%Y-%m'), ',' ORDER BY "
+                            "strftime(BillingPeriodStart, '%Y-%m')) FROM line_items WHERE x_IngestId = $1 AND x_SourceFile = $2)",
+                            [ingest_id, display],
+                        ).fetchone()
+                        assert tot is not None
+                        con.execute(
+                            "INSERT INTO ingest_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ingested', ?)",
+                            [ingest_id, display, fp, fmt.id, fmt.provider, d.key, tot[1], rows, tot[0], now],
+                        )
+                        results.append(FileResult(display, "ingested", fmt.id, rows))
+                        if progress:
+                            progress(display, rows)
+            replaced = self._settle_slices(d, ingest_id, combined, now, results)
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise
+        report.replaced_rows += replaced
+        report.files.extend(results)
+
+    def _settle_slices(
+        self, d: Delivery, ingest_id: int, combined: str, now: datetime, results: list[FileResult]
+    ) -> int:
+        """Keep the newest delivery per slice; drop what the other one had there."""
+        con = self.con
+        new_slices = con.execute(
+            "SELECT x_Provider, BillingAccountId, BillingPeriodStart, count(*) FROM line_items "
+            "WHERE x_IngestId = ? GROUP BY ALL",
+            [ingest_id],
+        ).fetchall()
+        con.execute(
+            "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?)",
+            [ingest_id, d.key, d.label, d.version.replace(tzinfo=None), d.rank, d.version_source, combined, now],
+        )
+        replaced = 0
+        superseded_rows = 0
+        kept = 0
+        for prov, acct, period, rows in new_slices:
+            owner = con.execute(
+                "SELECT s.ingest_id, d.version_rank, d.version FROM slices s JOIN deliveries d USING (ingest_id) "
+                "WHERE s.x_Provider = ? AND s.BillingAccountId IS NOT DISTINCT FROM ? "
+                "AND s.BillingPeriodStart IS NOT DISTINCT FROM ?",
+                [prov, acct, period],
+            ).fetchone()
+            where = (
+                "x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND BillingPeriodStart IS NOT DISTINCT FROM ?"
+            )
+            if owner and (owner[1], owner[2]) > (d.rank, d.version.replace(tzinfo=None)):
+                con.execute(f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
+                superseded_rows += rows
+                continue
+            if owner:
+                n = con.execute(
+                    f"DELETE FROM line_items WHERE x_IngestId <> ? AND {where}", [ingest_id, prov, acct, period]
+                ).fetchone()
+                replaced += int(n[0]) if n else 0
+                con.execute(f"DELETE FROM slices WHERE {where}", [prov, acct, period])
+            con.execute("INSERT INTO slices VALUES (?, ?, ?, ?, ?)", [prov, acct, period, ingest_id, rows])
+            kept += rows
+        if superseded_rows:
+            status = "superseded" if kept == 0 else "partly superseded"
+            con.execute("UPDATE ingest_log SET status = ? WHERE ingest_id = ?", [status, ingest_id])
+            for r in results:
+                r.status = "superseded" if kept == 0 else "ingested"
+                r.message = "a newer delivery of the same period is already in the store"
+                if kept == 0:
+                    r.rows = 0
+        if kept == 0:
+            con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
+        con.execute(
+            "UPDATE deliveries SET status = 'replaced' WHERE status = 'current' "
+            "AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = deliveries.ingest_id)"
+        )
+        return replaced
+
+    # -- checks -----------------------------------------------------------------
+    def totals_by_file(self) -> dict[str, Decimal]:
+        rows = self.con.execute("SELECT x_SourceFile, sum(BilledCost) FROM line_items GROUP BY 1").fetchall()
+        return {r[0]: r[1] for r in rows}
+
+
+def _part_fp(file_fp: str, display: str, whole: bool) -> str:
+    if whole:
+        return file_fp
+    import hashlib
+
+    return hashlib.sha256((file_fp + display).encode()).hexdigest()
+
+
+def open(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Store:  # noqa: A001
+    """Open (creating if needed) a store; ``path`` defaults to $BILLING_AUDIT_DB or ./billing-audit.duckdb."""
+    return Store(path, read_only=read_only)

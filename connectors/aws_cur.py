@@ -1,0 +1,244 @@
+"""AWS legacy Cost and Usage Report: Athena parquet (snake_case) and CSV (``lineItem/UsageType``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
+
+# The Athena rule: underscore before capitals, lower-case, non-alphanumerics to _, collapse, trim.
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def athena_name(name: str) -> str:
+    """``lineItem/UsageType`` -> ``line_item_usage_type``; ``resourceTags/user:team`` -> ``resource_tags_user_team``."""
+    s = _CAMEL.sub("_", name.strip()).lower()
+    return _NON_ALNUM.sub("_", s).strip("_")
+
+
+# Columns both legacy flavours and CUR 2.0 share, with the kind each is parsed as.
+COMMON_COLUMNS: dict[str, str] = {
+    "identity_line_item_id": TEXT,
+    "identity_time_interval": TEXT,
+    "bill_invoice_id": TEXT,
+    "bill_billing_entity": TEXT,
+    "bill_bill_type": TEXT,
+    "bill_payer_account_id": TEXT,
+    "bill_billing_period_start_date": TIME,
+    "bill_billing_period_end_date": TIME,
+    "line_item_usage_account_id": TEXT,
+    "line_item_line_item_type": TEXT,
+    "line_item_usage_start_date": TIME,
+    "line_item_usage_end_date": TIME,
+    "line_item_product_code": TEXT,
+    "line_item_usage_type": TEXT,
+    "line_item_operation": TEXT,
+    "line_item_availability_zone": TEXT,
+    "line_item_resource_id": TEXT,
+    "line_item_usage_amount": NUM,
+    "line_item_currency_code": TEXT,
+    "line_item_unblended_cost": NUM,
+    "line_item_net_unblended_cost": NUM,
+    "line_item_line_item_description": TEXT,
+    "line_item_legal_entity": TEXT,
+    "pricing_term": TEXT,
+    "pricing_unit": TEXT,
+    "pricing_public_on_demand_cost": NUM,
+    "pricing_public_on_demand_rate": NUM,
+    "product_instance_type": TEXT,
+    "product_region_code": TEXT,
+    "product_from_location": TEXT,
+    "product_to_location": TEXT,
+    "product_sku": TEXT,
+    "reservation_reservation_a_r_n": TEXT,
+    "reservation_effective_cost": NUM,
+    "savings_plan_savings_plan_a_r_n": TEXT,
+    "savings_plan_savings_plan_effective_cost": NUM,
+}
+
+LEGACY_COLUMNS: dict[str, str] = {
+    **COMMON_COLUMNS,
+    "product_product_name": TEXT,
+    "product_region": TEXT,
+    "product_location": TEXT,
+    "product_product_family": TEXT,
+    "product_servicecode": TEXT,
+    "product_usagetype": TEXT,
+    "pricing_purchase_option": TEXT,
+}
+
+# The mapping shared by every CUR flavour: {product_name}, {region_name}, {tags} and
+# {product_family} are filled per flavour.
+CUR_SELECT = """
+SELECT
+  _row,
+  bill_payer_account_id AS BillingAccountId,
+  bill_billing_period_start_date AS BillingPeriodStart,
+  bill_billing_period_end_date AS BillingPeriodEnd,
+  bill_invoice_id AS InvoiceId,
+  coalesce(nullif(bill_billing_entity, ''), 'AWS') AS InvoiceIssuerName,
+  'AWS' AS ProviderName,
+  coalesce(nullif(line_item_legal_entity, ''), 'Amazon Web Services, Inc.') AS PublisherName,
+  line_item_usage_account_id AS SubAccountId,
+  line_item_usage_start_date AS ChargePeriodStart,
+  line_item_usage_end_date AS ChargePeriodEnd,
+  line_item_unblended_cost AS BilledCost,
+  CASE line_item_line_item_type
+    WHEN 'SavingsPlanCoveredUsage' THEN coalesce(savings_plan_savings_plan_effective_cost, 0)
+    WHEN 'DiscountedUsage' THEN coalesce(reservation_effective_cost, 0)
+    WHEN 'SavingsPlanNegation' THEN 0
+    WHEN 'SavingsPlanRecurringFee' THEN 0
+    WHEN 'SavingsPlanUpfrontFee' THEN 0
+    WHEN 'RIFee' THEN 0
+    ELSE coalesce(line_item_net_unblended_cost, line_item_unblended_cost) END AS EffectiveCost,
+  line_item_unblended_cost AS ContractedCost,
+  coalesce(pricing_public_on_demand_cost, line_item_unblended_cost) AS ListCost,
+  pricing_public_on_demand_rate AS ListUnitPrice,
+  CASE WHEN pricing_public_on_demand_cost IS NOT NULL THEN 'pricing_public_on_demand_cost'
+       ELSE 'line_item_unblended_cost (no public price in export)' END AS x_ListCostSource,
+  coalesce(nullif(line_item_currency_code, ''), 'USD') AS BillingCurrency,
+  CASE WHEN line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage', 'SavingsPlanNegation')
+         THEN 'Usage'
+       WHEN line_item_line_item_type = 'Tax' THEN 'Tax'
+       WHEN line_item_line_item_type IN ('Credit', 'Refund', 'BundledDiscount', 'EdpDiscount', 'PrivateRateDiscount',
+                                         'DistributorDiscount') THEN 'Credit'
+       WHEN line_item_line_item_type IN ('Fee', 'RIFee', 'SavingsPlanRecurringFee', 'SavingsPlanUpfrontFee')
+         THEN 'Purchase'
+       ELSE 'Adjustment' END AS ChargeCategory,
+  CASE WHEN line_item_line_item_type = 'Refund' THEN 'Correction' END AS ChargeClass,
+  line_item_line_item_description AS ChargeDescription,
+  CASE WHEN line_item_line_item_type IN ('Fee', 'SavingsPlanUpfrontFee') THEN 'One-Time'
+       WHEN line_item_line_item_type IN ('RIFee', 'SavingsPlanRecurringFee') THEN 'Recurring'
+       ELSE 'Usage-Based' END AS ChargeFrequency,
+  CASE WHEN {is_spot} THEN 'Dynamic'
+       WHEN line_item_line_item_type IN ('DiscountedUsage', 'SavingsPlanCoveredUsage') THEN 'Committed'
+       WHEN line_item_line_item_type IN ('Usage') THEN 'Standard' END AS PricingCategory,
+  CASE WHEN {is_spot} THEN 'Spot'
+       WHEN line_item_line_item_type = 'DiscountedUsage' THEN 'Reservation'
+       WHEN line_item_line_item_type LIKE 'SavingsPlan%' THEN 'SavingsPlan'
+       ELSE nullif(pricing_term, '') END AS x_PricingModel,
+  CASE WHEN line_item_line_item_type = 'DiscountedUsage' THEN reservation_reservation_a_r_n
+       WHEN line_item_line_item_type = 'SavingsPlanCoveredUsage' THEN savings_plan_savings_plan_a_r_n END
+    AS CommitmentDiscountId,
+  CASE WHEN line_item_line_item_type = 'DiscountedUsage' THEN 'Reserved'
+       WHEN line_item_line_item_type = 'SavingsPlanCoveredUsage' THEN 'Savings Plan' END AS CommitmentDiscountType,
+  line_item_usage_amount AS ConsumedQuantity,
+  pricing_unit AS ConsumedUnit,
+  line_item_usage_amount AS PricingQuantity,
+  pricing_unit AS PricingUnit,
+  coalesce(nullif(product_region_code, ''), nullif({region_name}, '')) AS RegionId,
+  {region_name} AS RegionName,
+  nullif(line_item_availability_zone, '') AS AvailabilityZone,
+  nullif(line_item_resource_id, '') AS ResourceId,
+  nullif(line_item_resource_id, '') AS ResourceName,
+  CASE WHEN line_item_resource_id LIKE 'i-%' THEN 'Instance'
+       WHEN line_item_resource_id LIKE 'arn:aws:s3%' OR line_item_product_code = 'AmazonS3' THEN 'Bucket'
+       WHEN line_item_resource_id LIKE 'vol-%' THEN 'Volume' END AS ResourceType,
+  coalesce(nullif({product_name}, ''), line_item_product_code) AS ServiceName,
+  CASE WHEN line_item_product_code IN ('AmazonEC2', 'AmazonECS', 'AmazonEKS', 'AWSLambda', 'AmazonSageMaker', 'AWSBatch')
+         THEN CASE WHEN line_item_usage_type LIKE '%DataTransfer%' OR line_item_usage_type LIKE '%-Out-Bytes%'
+                     OR line_item_usage_type LIKE '%-In-Bytes%' THEN 'Networking' ELSE 'Compute' END
+       WHEN line_item_product_code IN ('AmazonS3', 'AmazonEFS', 'AmazonFSx', 'AmazonS3GlacierDeepArchive') THEN 'Storage'
+       WHEN line_item_product_code IN ('AWSDataTransfer', 'AmazonCloudFront', 'AmazonVPC') THEN 'Networking'
+       WHEN line_item_line_item_type = 'Tax' THEN 'Other'
+       ELSE 'Other' END AS ServiceCategory,
+  product_sku AS SkuId,
+  nullif({product_family}, '') AS SkuMeter,
+  line_item_usage_type AS x_UsageType,
+  line_item_operation AS x_Operation,
+  line_item_line_item_type AS x_LineItemType,
+  {tags} AS Tags
+FROM src
+"""
+
+SPOT = (
+    "(coalesce(line_item_usage_type, '') LIKE '%SpotUsage%' OR pricing_term = 'Spot' "
+    "OR coalesce(line_item_line_item_description, '') ILIKE '% Spot Instance-hour%')"
+)
+
+
+def _strip_prefix(expr: str) -> str:
+    """Tag keys lose the CUR prefixes: ``user:``, ``user_``, ``resource_tags_user_``."""
+    return f"regexp_replace({expr}, '^(resource_?tags[_/])?(user[:_])?', '', 'i')"
+
+
+class CurLegacy(ExportFormat):
+    id = "aws-cur"
+    provider = "aws"
+    title = "AWS legacy Cost and Usage Report: Athena parquet (resource_tags_user_*) or CSV (lineItem/UsageType), .csv.gz/.zip"
+    file_kinds = ("parquet", "csv")
+    columns = LEGACY_COLUMNS
+    required = ("line_item_unblended_cost", "line_item_usage_start_date", "line_item_line_item_type")
+
+    def normalize_name(self, name: str) -> str:
+        return athena_name(name)
+
+    def detect(self, cols: dict[str, str], kind: str) -> bool:
+        if "bill_payer_account_name" in cols or cols.get("product", "").startswith("MAP"):
+            return False  # CUR 2.0
+        return has_all(cols, "line_item_usage_start_date") and has_any(
+            cols, "line_item_unblended_cost", "line_item_line_item_type", "identity_line_item_id"
+        )
+
+    def dynamic_columns(self, cols: dict[str, str]) -> dict[str, str]:
+        return {c: TEXT for c in cols if c.startswith("resource_tags_")}
+
+    def render(self, cols: dict[str, str]) -> str:
+        tag_cols = sorted(c for c in cols if c.startswith("resource_tags_"))
+        if tag_cols:
+            entries = ", ".join(f"{{'k': {_key(c)}, 'v': \"{c}\"}}" for c in tag_cols)
+            tags = f"ba_tags([{entries}])"
+        else:
+            tags = "MAP {}::MAP(VARCHAR, VARCHAR)"
+        return CUR_SELECT.format(
+            product_name="product_product_name",
+            region_name="coalesce(nullif(product_region, ''), product_location)",
+            product_family="product_product_family",
+            is_spot=SPOT,
+            tags=tags,
+        )
+
+
+def _key(col: str) -> str:
+    key = re.sub(r"^resource_tags_(user_)?", "", col)
+    return "'" + key.replace("'", "''") + "'"
+
+
+class CurManifest(ManifestReader):
+    """Legacy CUR ``<report>-Manifest.json``: ``reportKeys`` list the assembly's files.
+
+    The copy in the billing-period folder names the period's current assembly.
+    """
+
+    name_pattern = re.compile(r".+-Manifest\.json", re.IGNORECASE)
+
+    def read(self, path: Path) -> DeliveryHint | None:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        if "reportKeys" not in data or "assemblyId" not in data:
+            return None
+        period = data.get("billingPeriod", {}).get("start", "")
+        key = f"aws-cur:{data.get('reportName', '')}:{period}:{data['assemblyId']}"
+        files = [f for k in data["reportKeys"] if (f := resolve_key(path, k)) is not None]
+        return DeliveryHint(
+            key=key,
+            files=files,
+            label=f"{data.get('reportName', '')} assembly {data['assemblyId']}",
+            newest=bool(_PERIOD_DIR.fullmatch(path.parent.name)),
+        )
+
+
+_PERIOD_DIR = re.compile(r"\d{8}-\d{8}")
+
+
+def resolve_key(manifest: Path, key: str) -> Path | None:
+    """Find the local copy of a bucket key named in a manifest, near the manifest."""
+    parts = [p for p in key.split("/") if p]
+    for base in [manifest.parent, *list(manifest.parents)[:4]]:
+        for i in range(len(parts)):
+            cand = base.joinpath(*parts[i:])
+            if cand.is_file():
+                return cand
+    return None
