@@ -35,6 +35,7 @@ class ExportFormat:
     columns: ClassVar[dict[str, str]] = {}
     required: ClassVar[tuple[str, ...]] = ()
     select_sql: ClassVar[str] = ""
+    priority: ClassVar[int] = 50  # detection order: lower first; generic formats use 90
 
     def detect(self, cols: dict[str, str], kind: str) -> bool:  # pragma: no cover - abstract
         """True when a file with these columns (lower-cased name -> DuckDB type) is this format."""

@@ -296,10 +296,9 @@ class Store:
                     r.rows = 0
         if kept == 0:
             con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
-        con.execute(
-            "UPDATE deliveries SET status = 'replaced' WHERE status = 'current' "
-            "AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = deliveries.ingest_id)"
-        )
+        gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"
+        con.execute(f"UPDATE deliveries SET status = 'replaced' WHERE status = 'current' AND {gone.format(t='deliveries')}")
+        con.execute(f"UPDATE ingest_log SET status = 'replaced' WHERE status = 'ingested' AND {gone.format(t='ingest_log')}")
         return replaced
 
     # -- checks -----------------------------------------------------------------

@@ -129,7 +129,7 @@ SELECT
   pricing_unit AS ConsumedUnit,
   line_item_usage_amount AS PricingQuantity,
   pricing_unit AS PricingUnit,
-  coalesce(nullif(product_region_code, ''), nullif({region_name}, '')) AS RegionId,
+  coalesce(nullif(product_region_code, ''), nullif({region_id}, '')) AS RegionId,
   {region_name} AS RegionName,
   nullif(line_item_availability_zone, '') AS AvailabilityZone,
   nullif(line_item_resource_id, '') AS ResourceId,
@@ -195,7 +195,8 @@ class CurLegacy(ExportFormat):
             tags = "MAP {}::MAP(VARCHAR, VARCHAR)"
         return CUR_SELECT.format(
             product_name="product_product_name",
-            region_name="coalesce(nullif(product_region, ''), product_location)",
+            region_id="product_region",
+            region_name="coalesce(nullif(product_location, ''), product_region)",
             product_family="product_product_family",
             is_spot=SPOT,
             tags=tags,
@@ -242,3 +243,7 @@ def resolve_key(manifest: Path, key: str) -> Path | None:
             if cand.is_file():
                 return cand
     return None
+
+
+FORMATS = [CurLegacy()]
+MANIFESTS = [CurManifest()]
