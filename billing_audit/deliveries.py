@@ -99,7 +99,7 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
     readers = fm.manifest_readers()
     claimed: dict[Path, Delivery] = {}
     deliveries: dict[str, Delivery] = {}
-    newest_keys: set[str] = set()
+    ranks: dict[str, int] = {}
     for m in manifests:
         reader = next(r for r in readers if r.matches(m))
         try:
@@ -110,8 +110,8 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         if hint is None:
             continue
         files = [f for f in hint.files if f.exists()]
-        if hint.newest:
-            newest_keys.add(hint.key)
+        rank = 1 if hint.newest else (-1 if hint.outdated else 0)
+        ranks[hint.key] = max(ranks.get(hint.key, rank), rank)
         if not files:
             continue
         if hint.key in deliveries:
@@ -142,7 +142,7 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
             version_source="path" if stamp else "file time",
             label=str(folder),
         )
-    for k in newest_keys:
+    for k, rank in ranks.items():
         if k in deliveries:
-            deliveries[k].rank = 1
+            deliveries[k].rank = rank
     return sorted(deliveries.values(), key=lambda d: (d.order, d.key)), errors

@@ -63,6 +63,7 @@ class DeliveryHint:
     version: datetime | None = None
     label: str = ""
     newest: bool = False  # the manifest marks this delivery as its period's current one
+    outdated: bool = False  # a manifest marks another delivery of the period as current
     superseded_keys: list[str] = field(default_factory=list)
 
 

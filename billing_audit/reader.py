@@ -7,8 +7,10 @@ exposed as ``src`` (declared columns parsed by kind, absent ones NULL, plus the
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import io
 import re
 import shutil
 import tempfile
@@ -154,23 +156,55 @@ def _sniff_text(path: Path, display: str) -> None:
             ) from None
 
 
-def reader_sql(path: Path, kind: str) -> str:
+def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
     p = lit(str(path))
     if kind == "parquet":
         return f"read_parquet({p}, file_row_number=true)"
     if kind == "json":
         return f"read_json({p}, format='auto', maximum_object_size=268435456)"
+    assert columns is not None, "CSV is read with the header's own column names"
+    spec = ", ".join(f"{lit(c)}: 'VARCHAR'" for c in columns)
     return (
-        f"read_csv({p}, header=true, all_varchar=true, delim=',', quote='\"', escape='\"', "
+        f"read_csv({p}, header=true, auto_detect=false, columns={{{spec}}}, delim=',', quote='\"', escape='\"', "
         "strict_mode=true, null_padding=false, max_line_size=67108864, buffer_size=134217728)"
     )
+
+
+def csv_header(path: Path, display: str) -> list[str]:
+    """The first record of a CSV file (BOM removed); duplicate names get a numeric suffix."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as f:
+        head = f.read(1 << 20)
+    text = head.decode("utf-8-sig", errors="replace")
+    first = next(csv.reader(io.StringIO(text)), [])
+    if not any(c.strip() for c in first):
+        raise InputError(display, "file has no header row")
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for raw in first:
+        name = raw.strip() or f"column{len(names) + 1}"
+        key = name.lower()
+        if key in seen:
+            seen[key] += 1
+            name = f"{name}_{seen[key]}"
+        else:
+            seen[key] = 1
+        names.append(name)
+    return names
 
 
 def explain_duckdb_error(e: Exception) -> str:
     msg = str(e).strip()
     msg = re.sub(r"^[A-Za-z ]+Error: ", "", msg)
-    first = msg.splitlines()[0] if msg else type(e).__name__
-    return first
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if lines[0].startswith("CSV Error on Line"):
+        reason = next(
+            (ln for ln in lines[1:] if not ln.startswith(("Original Line", "Possible fixes", "*"))), "malformed row"
+        )
+        return f"{lines[0]}: {reason}"
+    return lines[0]
 
 
 def probe_columns(con: duckdb.DuckDBPyConnection, path: Path, display: str, kind: str) -> dict[str, str]:
@@ -179,6 +213,8 @@ def probe_columns(con: duckdb.DuckDBPyConnection, path: Path, display: str, kind
         _sniff_text(path, display)
     elif path.stat().st_size == 0:
         raise InputError(display, "file is empty")
+    if kind == "csv":
+        return {c: "VARCHAR" for c in csv_header(path, display)}
     try:
         rows = con.execute(f"DESCRIBE SELECT * FROM {reader_sql(path, kind)}").fetchall()
     except duckdb.Error as e:
@@ -209,6 +245,9 @@ class MappedFile:
     kind: str
     fmt: fm.ExportFormat
     cols: dict[str, str]  # actual name -> type
+
+    def reader(self) -> str:
+        return reader_sql(self.path, self.kind, list(self.cols))
 
     def by_name(self) -> dict[str, str]:
         """Normalised (lower-case) name -> actual column name; the first of duplicates wins."""
@@ -255,7 +294,7 @@ class MappedFile:
             parts.append(f"{expr} AS {ident(name)}")
         row = "file_row_number + 1" if self.kind == "parquet" else "row_number() OVER ()"
         parts.append(f"{row} AS _row")
-        return f"SELECT {', '.join(parts)} FROM {reader_sql(self.path, self.kind)} AS raw"
+        return f"SELECT {', '.join(parts)} FROM {self.reader()} AS raw"
 
     def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int) -> str:
         """SELECT producing every canonical column in schema order."""
@@ -317,7 +356,7 @@ def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception
         ref = "raw." + ident(actual)
         sql = (
             f"SELECT _row, v FROM (SELECT {row} AS _row, CAST({ref} AS VARCHAR) AS v, {check}({ref}) AS p "
-            f"FROM {reader_sql(mf.path, mf.kind)} AS raw) WHERE v IS NOT NULL AND trim(v) <> '' AND p IS NULL "
+            f"FROM {mf.reader()} AS raw) WHERE v IS NOT NULL AND trim(v) <> '' AND p IS NULL "
             "ORDER BY _row LIMIT 1"
         )
         try:
@@ -329,5 +368,7 @@ def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception
             shown = hit[1] if len(hit[1]) <= 60 else hit[1][:57] + "..."
             return InputError(mf.display, f"cannot read {shown!r} as {what}", row=int(hit[0]), column=actual)
     msg = explain_duckdb_error(original)
-    m = re.search(r"line[: ]+(\d+)", msg, re.IGNORECASE)
+    m = re.search(r"CSV Error on Line: (\d+)", msg)
+    if "unicode" in msg.lower() or "utf-8" in msg.lower():
+        msg = f"not UTF-8 text ({msg}); re-save the file as UTF-8"
     return InputError(mf.display, msg, row=int(m.group(1)) - 1 if m else None)

@@ -45,6 +45,7 @@ BOOKKEEPING = [
         version_source VARCHAR,
         fingerprint VARCHAR NOT NULL,
         status VARCHAR NOT NULL,
+        slice_keys STRUCT(p VARCHAR, a VARCHAR, s TIMESTAMP)[],
         ingested_at TIMESTAMP NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS slices (
         x_Provider VARCHAR NOT NULL,
@@ -182,15 +183,9 @@ class Store:
     def _ingest_delivery(self, d: Delivery, report: IngestReport, progress: Progress | None) -> None:
         fps = d.fingerprints()
         combined = d.combined_fingerprint()
-        seen = self.con.execute(
-            "SELECT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = d.ingest_id) FROM deliveries d "
-            "WHERE fingerprint = ? ORDER BY ingest_id DESC LIMIT 1",
-            [combined],
-        ).fetchone()
-        if seen is not None:
-            # Seen before: either it is what the store holds, or a newer delivery replaced it.
-            status = "unchanged" if seen[0] else "superseded"
-            msg = "already in the store" if seen[0] else "already seen; a newer delivery of its period is in the store"
+        skip = self._already_seen(d, combined)
+        if skip is not None:
+            status, msg = skip
             for f in d.files:
                 report.files.append(FileResult(str(f), status, message=msg))
                 if progress:
@@ -247,6 +242,37 @@ class Store:
         report.replaced_rows += replaced
         report.files.extend(results)
 
+    def _owner(self, prov: str, acct: str | None, period: datetime | None) -> tuple[Any, ...] | None:
+        return self.con.execute(
+            "SELECT s.ingest_id, d.version_rank, d.version, d.delivery_key FROM slices s "
+            "JOIN deliveries d USING (ingest_id) WHERE s.x_Provider = ? "
+            "AND s.BillingAccountId IS NOT DISTINCT FROM ? AND s.BillingPeriodStart IS NOT DISTINCT FROM ?",
+            [prov, acct, period],
+        ).fetchone()
+
+    @staticmethod
+    def _is_newer(owner: tuple[Any, ...] | None, d: Delivery) -> bool:
+        """True when the slice's owner beats delivery d (a re-delivery to the same place never loses)."""
+        if owner is None or owner[3] == d.key:
+            return False
+        return bool((owner[1], owner[2]) > (d.rank, d.version.replace(tzinfo=None)))
+
+    def _already_seen(self, d: Delivery, combined: str) -> tuple[str, str] | None:
+        """Skip without reading: unchanged, or seen before and every slice it had now belongs to a newer delivery."""
+        row = self.con.execute(
+            "SELECT ingest_id, slice_keys, EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = d.ingest_id) "
+            "FROM deliveries d WHERE fingerprint = ? ORDER BY ingest_id DESC LIMIT 1",
+            [combined],
+        ).fetchone()
+        if row is None:
+            return None
+        if row[2]:
+            return ("unchanged", "already in the store")
+        keys = row[1] or []
+        if keys and all(self._is_newer(self._owner(k["p"], k["a"], k["s"]), d) for k in keys):
+            return ("superseded", "seen before; a newer delivery of its period is in the store")
+        return None
+
     def _settle_slices(
         self, d: Delivery, ingest_id: int, combined: str, now: datetime, results: list[FileResult]
     ) -> int:
@@ -258,23 +284,21 @@ class Store:
             [ingest_id],
         ).fetchall()
         con.execute(
-            "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?)",
-            [ingest_id, d.key, d.label, d.version.replace(tzinfo=None), d.rank, d.version_source, combined, now],
+            "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?, ?)",
+            [
+                ingest_id, d.key, d.label, d.version.replace(tzinfo=None), d.rank, d.version_source, combined,
+                [{"p": p, "a": a, "s": s} for p, a, s, _ in new_slices], now,
+            ],
         )
         replaced = 0
         superseded_rows = 0
         kept = 0
         for prov, acct, period, rows in new_slices:
-            owner = con.execute(
-                "SELECT s.ingest_id, d.version_rank, d.version FROM slices s JOIN deliveries d USING (ingest_id) "
-                "WHERE s.x_Provider = ? AND s.BillingAccountId IS NOT DISTINCT FROM ? "
-                "AND s.BillingPeriodStart IS NOT DISTINCT FROM ?",
-                [prov, acct, period],
-            ).fetchone()
+            owner = self._owner(prov, acct, period)
             where = (
                 "x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND BillingPeriodStart IS NOT DISTINCT FROM ?"
             )
-            if owner and (owner[1], owner[2]) > (d.rank, d.version.replace(tzinfo=None)):
+            if self._is_newer(owner, d):
                 con.execute(f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
                 superseded_rows += rows
                 continue

@@ -223,15 +223,33 @@ class CurManifest(ManifestReader):
         period = data.get("billingPeriod", {}).get("start", "")
         key = f"aws-cur:{data.get('reportName', '')}:{period}:{data['assemblyId']}"
         files = [f for k in data["reportKeys"] if (f := resolve_key(path, k)) is not None]
+        in_period_dir = bool(_PERIOD_DIR.fullmatch(path.parent.name))
+        current = data["assemblyId"] if in_period_dir else _current_assembly(path)
         return DeliveryHint(
             key=key,
             files=files,
             label=f"{data.get('reportName', '')} assembly {data['assemblyId']}",
-            newest=bool(_PERIOD_DIR.fullmatch(path.parent.name)),
+            newest=current == data["assemblyId"],
+            outdated=current is not None and current != data["assemblyId"],
         )
 
 
 _PERIOD_DIR = re.compile(r"\d{8}-\d{8}")
+
+
+def _current_assembly(assembly_manifest: Path) -> str | None:
+    """The assembly the billing-period folder's manifest names as current, if it is there."""
+    period_dir = assembly_manifest.parent.parent
+    if not _PERIOD_DIR.fullmatch(period_dir.name):
+        return None
+    for cand in period_dir.glob("*-Manifest.json"):
+        try:
+            data = json.loads(cand.read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("assemblyId"):
+            return str(data["assemblyId"])
+    return None
 
 
 def resolve_key(manifest: Path, key: str) -> Path | None:

@@ -1,0 +1,121 @@
+"""Never double count: snapshots, restatements and re-deliveries of the same period."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import billing_audit
+from support import FIXTURES, Case, source_total
+
+CSV_PERIOD = FIXTURES / "aws/cur-legacy-csv/cur/gpu-cur-csv/20261001-20261101"
+OLD = CSV_PERIOD / "a1f0c5d2-0000-4000-8000-000000000001"
+NEW = CSV_PERIOD / "b2e1d6c3-0000-4000-8000-000000000002"
+CSV_CASE = Case("csv", "", "aws-cur", ("lineItem/UnblendedCost",))
+PARQUET_DIR = FIXTURES / "aws/cur-legacy-parquet/cur/gpu-cur/gpu-cur/year=2026/month=10"
+
+
+def _total(store: billing_audit.Store) -> Decimal:
+    return store.con.execute("SELECT coalesce(sum(BilledCost), 0) FROM line_items").fetchone()[0]
+
+
+def _folder_total(folder: Path) -> Decimal:
+    return sum((source_total(f, CSV_CASE) for f in folder.iterdir() if f.suffix in (".gz", ".zip")), Decimal(0))
+
+
+def test_all_assemblies_count_once(db: Path) -> None:
+    assert _folder_total(OLD) != _folder_total(NEW)
+    with billing_audit.open(db) as store:
+        store.ingest([CSV_PERIOD])
+        assert _total(store) == _folder_total(NEW)
+        files = {r[0] for r in store.con.execute("SELECT DISTINCT x_SourceFile FROM line_items").fetchall()}
+        assert all(str(NEW) in f for f in files)
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(["old", "new", "period"])))
+def test_assembly_order_does_not_matter(db: Path, order: tuple[str, ...]) -> None:
+    """The period-level manifest marks the current assembly, whatever order things arrive in."""
+    paths = {"old": OLD, "new": NEW, "period": CSV_PERIOD}
+    with billing_audit.open(db) as store:
+        for name in order:
+            store.ingest([paths[name]])
+        assert _total(store) == _folder_total(NEW)
+
+
+def test_older_assembly_after_newer_is_superseded(db: Path) -> None:
+    with billing_audit.open(db) as store:
+        store.ingest([CSV_PERIOD])
+        report = store.ingest([OLD])
+        assert {f.status for f in report.files} == {"superseded"}
+        assert _total(store) == _folder_total(NEW)
+
+
+def _restate(folder: Path, factor: str) -> Decimal:
+    """Rewrite a parquet delivery in place, as CUR overwrite mode does; returns the new total."""
+    total = Decimal(0)
+    for f in sorted(folder.glob("*.parquet")):
+        t = pq.read_table(f)
+        costs = [float(Decimal(repr(v)) * Decimal(factor)) for v in t.column("line_item_unblended_cost").to_pylist()]
+        t = t.set_column(t.schema.get_field_index("line_item_unblended_cost"), "line_item_unblended_cost",
+                         pa.array(costs, pa.float64()))
+        pq.write_table(t, f)
+        total += sum((Decimal(repr(c)) for c in costs), Decimal(0))
+    return total
+
+
+def test_overwrite_restatement_replaces_the_month(db: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "year=2026" / "month=10"
+    shutil.copytree(PARQUET_DIR, folder)
+    with billing_audit.open(db) as store:
+        store.ingest([folder])
+        first = _total(store)
+        new_total = _restate(folder, "1.5")
+        # even when the rewritten files carry an older modification time
+        for f in folder.iterdir():
+            os.utime(f, (0, 0))
+        report = store.ingest([folder])
+        assert report.replaced_rows == 12
+        assert _total(store) == new_total != first
+        assert store.con.execute("SELECT count(*) FROM line_items").fetchone() == (12,)
+
+
+def test_same_month_other_account_is_kept(db: Path) -> None:
+    with billing_audit.open(db) as store:
+        store.ingest([PARQUET_DIR])
+        store.ingest([CSV_PERIOD])
+        accounts = store.con.execute("SELECT BillingAccountId, count(*) FROM line_items GROUP BY 1 ORDER BY 1").fetchall()
+        assert accounts == [("012345678901", 12), ("123456789012", 12)]
+
+
+def test_ingest_log_records_each_file(db: Path) -> None:
+    with billing_audit.open(db) as store:
+        store.ingest([PARQUET_DIR])
+        rows = store.con.execute(
+            "SELECT file, length(fingerprint), format, periods, rows, cost_total, status FROM ingest_log ORDER BY file"
+        ).fetchall()
+    assert [r[0].rsplit("/", 1)[1] for r in rows] == ["gpu-cur-00001.snappy.parquet", "gpu-cur-00002.snappy.parquet"]
+    assert all(r[1] == 64 and r[2] == "aws-cur" and r[3] == "2026-10" and r[4] == 6 and r[6] == "ingested" for r in rows)
+    want = source_total(PARQUET_DIR / "gpu-cur-00001.snappy.parquet", Case("p", "", "aws-cur", ("line_item_unblended_cost",)))
+    assert rows[0][5] == {"USD": want}
+
+
+@pytest.mark.parametrize("first", ["old", "new"])
+def test_file_times_do_not_decide_when_a_manifest_does(db: Path, tmp_path: Path, first: str) -> None:
+    """A fresh clone gives files arbitrary times: the period manifest, not mtime, names the current assembly."""
+    period = tmp_path / "20261001-20261101"
+    shutil.copytree(CSV_PERIOD, period)
+    old = period / OLD.name
+    for f in old.iterdir():
+        os.utime(f, (4_000_000_000, 4_000_000_000))  # the outdated assembly looks newest on disk
+    with billing_audit.open(db) as store:
+        order = [old, period / NEW.name] if first == "old" else [period / NEW.name, old]
+        for p in order:
+            store.ingest([p])
+        assert _total(store) == _folder_total(NEW)
