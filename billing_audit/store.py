@@ -117,6 +117,7 @@ class Store:
         except duckdb.Error as e:
             raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
         self.con.execute("SET TimeZone = 'UTC'")
+        self.con.execute("SET enable_progress_bar = false")
         install_macros(self.con)
         if not read_only:
             self._create()
