@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-GOLDEN = FIXTURES / "golden"
+GOLDEN = ROOT / "tests" / "golden"
 
 
 @dataclass(frozen=True)

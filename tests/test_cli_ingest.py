@@ -1,0 +1,105 @@
+"""The ingest, summary and audit commands as a user meets them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import billing_audit
+from billing_audit.cli import main
+from billing_audit.formats import registry
+from support import FIXTURES, ROOT
+
+PARQUET_DIR = FIXTURES / "aws/cur-legacy-parquet"
+
+
+def test_ingest_help_documents_every_format() -> None:
+    result = CliRunner().invoke(main, ["ingest", "--help"])
+    assert result.exit_code == 0
+    for fmt in registry():
+        assert fmt.id in result.output, f"{fmt.id} missing from ingest --help"
+    assert "Example" in result.output
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    for name, cmd in main.commands.items():
+        result = CliRunner().invoke(main, [name, "--help"])
+        assert result.exit_code == 0, name
+        assert "Example" in result.output, f"{name} --help has no example"
+        assert cmd.help
+
+
+def test_ingest_then_summary_csv(db: Path) -> None:
+    r = CliRunner().invoke(main, ["ingest", str(PARQUET_DIR), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "2 file(s) ingested (12 lines)" in r.output
+    r = CliRunner().invoke(main, ["summary", "--db", str(db), "--format", "csv"])
+    assert r.exit_code == 0
+    lines = r.output.strip().splitlines()
+    assert lines[0] == "provider,period,currency,lines,billed_cost,effective_cost,list_cost"
+    assert lines[1].startswith("aws,2026-10,USD,12,57.099200000000,")
+
+
+def test_summary_json_keeps_decimal_precision(db: Path) -> None:
+    CliRunner().invoke(main, ["ingest", str(PARQUET_DIR), "--db", str(db)])
+    r = CliRunner().invoke(main, ["summary", "--db", str(db), "--format", "json"])
+    data = json.loads(r.output)
+    assert data[0]["billed_cost"] == "57.099200000000"
+
+
+def test_quiet_prints_nothing_on_success(db: Path) -> None:
+    r = CliRunner().invoke(main, ["ingest", str(PARQUET_DIR), "--db", str(db), "--quiet"])
+    assert r.exit_code == 0
+    assert r.output == ""
+
+
+def test_db_from_environment(tmp_path: Path) -> None:
+    target = tmp_path / "env.duckdb"
+    r = CliRunner().invoke(main, ["ingest", str(PARQUET_DIR)], env={"BILLING_AUDIT_DB": str(target)})
+    assert r.exit_code == 0, r.output
+    with billing_audit.open(target) as store:
+        assert store.con.execute("SELECT count(*) FROM line_items").fetchone() == (12,)
+
+
+def test_default_store_is_in_the_working_directory(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "BILLING_AUDIT_DB"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "billing_audit.cli", "ingest", str(PARQUET_DIR)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "billing-audit.duckdb").exists()
+    # on a pipe: no progress bar, no colour codes
+    assert "\x1b[" not in proc.stderr + proc.stdout
+
+
+def test_audit_on_the_bundled_fixtures(db: Path) -> None:
+    """The README's demo: every fixture ingests, and the summary shows every provider."""
+    r = CliRunner().invoke(main, ["audit", str(FIXTURES), "--db", str(db), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    providers = {line.split(",")[0] for line in r.output.strip().splitlines()[1:] if "," in line}
+    assert {"aws"} <= providers
+
+
+def test_debug_shows_traceback(db: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-store.duckdb"
+    bad.write_text("this is not a DuckDB database\n" * 100)
+    r = CliRunner().invoke(main, ["summary", "--db", str(bad)])
+    assert r.exit_code == 2
+    assert "cannot open store" in r.output
+    r = CliRunner().invoke(main, ["--debug", "summary", "--db", str(bad)])
+    assert r.exception is not None
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```bash\n")[1:]]
+    first = blocks[0].strip().splitlines()
+    assert first == ["make demo", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
