@@ -101,9 +101,13 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
     deliveries: dict[str, Delivery] = {}
     ranks: dict[str, int] = {}
     for m in manifests:
-        reader = next(r for r in readers if r.matches(m))
+        hint = None
         try:
-            hint = reader.read(m)
+            # several readers may claim a name (*-Manifest.json): the first that understands it wins
+            for reader in (r for r in readers if r.matches(m)):
+                hint = reader.read(m)
+                if hint is not None:
+                    break
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
             errors.append(InputError(str(m), f"unreadable manifest: {e}"))
             continue
