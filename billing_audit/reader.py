@@ -161,7 +161,8 @@ def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
     if kind == "parquet":
         return f"read_parquet({p}, file_row_number=true)"
     if kind == "json":
-        return f"read_json({p}, format='auto', maximum_object_size=268435456)"
+        # sample the whole file: a key first seen late in a big export must not be dropped
+        return f"read_json({p}, format='auto', maximum_object_size=268435456, sample_size=-1)"
     assert columns is not None, "CSV is read with the header's own column names"
     spec = ", ".join(f"{lit(c)}: 'VARCHAR'" for c in columns)
     return (
@@ -283,6 +284,8 @@ class MappedFile:
                 parts.append(f"NULL::{null_type} AS {ident(name)}")
                 continue
             ref = "raw." + ident(actual)
+            if kind != fm.RAW and self.cols[actual] == "JSON":  # JSON readers type mixed scalars as JSON
+                ref = f"json_extract_string({ref}, '$')"
             if kind == fm.NUM:
                 expr = ref if self.cols[actual].startswith("DECIMAL") else f"ba_num({ref})"
             elif kind == fm.TIME:
@@ -308,9 +311,13 @@ class MappedFile:
         if unknown:  # a format bug, not a user error
             raise RuntimeError(f"{self.fmt.id} maps to non-canonical columns {sorted(unknown)}")
         provider = self.fmt.provider
+        # A format whose lines come from several providers (generic FOCUS) outputs x_Provider itself.
+        prov = lit(provider)
+        if "x_Provider" in provided:
+            prov = f"coalesce(CAST(m.\"x_Provider\" AS VARCHAR), {prov})"
         fixed = {
-            "x_LineItemId": f"{lit(provider + '-' + fp[:12] + '-')} || CAST(m._row AS VARCHAR)",
-            "x_Provider": lit(provider),
+            "x_LineItemId": f"{prov} || {lit('-' + fp[:12] + '-')} || CAST(m._row AS VARCHAR)",
+            "x_Provider": prov,
             "x_SourceFile": lit(self.display),
             "x_SourceRow": "m._row",
             "x_SourceFormat": lit(self.fmt.id),
@@ -354,6 +361,8 @@ def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception
             continue
         check = "ba_try_num" if kind == fm.NUM else "ba_try_ts"
         ref = "raw." + ident(actual)
+        if mf.cols[actual] == "JSON":
+            ref = f"json_extract_string({ref}, '$')"
         sql = (
             f"SELECT _row, v FROM (SELECT {row} AS _row, CAST({ref} AS VARCHAR) AS v, {check}({ref}) AS p "
             f"FROM {mf.reader()} AS raw) WHERE v IS NOT NULL AND trim(v) <> '' AND p IS NULL "
