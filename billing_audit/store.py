@@ -112,15 +112,19 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
         self.path = resolve_db(path)
+        self.read_only = read_only
+        self._connect()
+        if not read_only:
+            self._create()
+
+    def _connect(self) -> None:
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con = duckdb.connect(str(self.path), read_only=self.read_only)
         except duckdb.Error as e:
             raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute("SET enable_progress_bar = false")
         install_macros(self.con)
-        if not read_only:
-            self._create()
 
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
@@ -279,6 +283,10 @@ class Store:
     ) -> int:
         """Keep the newest delivery per slice; drop what the other one had there."""
         con = self.con
+        if d.version_source == "file time":  # the rows may say when they were exported (GCP export_time)
+            row = con.execute("SELECT max(x_ExportTime) FROM line_items WHERE x_IngestId = ?", [ingest_id]).fetchone()
+            if row and row[0] is not None:
+                d.version, d.version_source = row[0].replace(tzinfo=UTC), "export_time"
         new_slices = con.execute(
             "SELECT x_Provider, BillingAccountId, BillingPeriodStart, count(*) FROM line_items "
             "WHERE x_IngestId = ? GROUP BY ALL",
@@ -321,10 +329,64 @@ class Store:
                     r.rows = 0
         if kept == 0:
             con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
+        if replaced and self._has_table("rule_hits"):  # hits of lines that are gone go with them
+            con.execute("DELETE FROM rule_hits WHERE x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
         gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"
         con.execute(f"UPDATE deliveries SET status = 'replaced' WHERE status = 'current' AND {gone.format(t='deliveries')}")
         con.execute(f"UPDATE ingest_log SET status = 'replaced' WHERE status = 'ingested' AND {gone.format(t='ingest_log')}")
         return replaced
+
+    # -- rules ------------------------------------------------------------------
+    def tag(
+        self,
+        rules: Sequence[Any] | None = None,
+        params: dict[str, Any] | None = None,
+        checkpoint: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run rules (default: the built-in pack) and record their hits in ``rule_hits``.
+
+        The rules run on a sandboxed connection (no file or network access); the
+        store's own connection is closed meanwhile and reopened afterwards.
+        """
+        from billing_audit.rules import load_rules
+        from billing_audit.tagging import run_rules, sandbox
+
+        chosen = list(rules) if rules is not None else load_rules().rules
+        self.con.close()
+        try:
+            box = sandbox(str(self.path))
+            try:
+                return run_rules(box, chosen, params, checkpoint)
+            finally:
+                box.close()
+        finally:
+            self._connect()
+
+    def explain(self, line_item_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The line and every rule hit on it; raises with "did you mean" for unknown ids."""
+        cur = self.con.execute("SELECT * FROM line_items WHERE x_LineItemId = ?", [line_item_id])
+        names = [d[0] for d in cur.description]
+        row = cur.fetchone()
+        if row is None:
+            near = self.con.execute(
+                "SELECT x_LineItemId FROM line_items ORDER BY levenshtein(x_LineItemId, ?) LIMIT 3", [line_item_id]
+            ).fetchall()
+            hint = f"; did you mean {', '.join(r[0] for r in near)}?" if near else ""
+            raise BillingAuditError(f"no line item {line_item_id!r} in {self.path}{hint}")
+        hits: list[dict[str, Any]] = []
+        if self._has_table("rule_hits"):
+            cur = self.con.execute(
+                "SELECT rule_id, category, reason, run_id FROM rule_hits WHERE x_LineItemId = ? ORDER BY rule_id",
+                [line_item_id],
+            )
+            hits = [dict(zip(["rule_id", "category", "reason", "run_id"], r, strict=True)) for r in cur.fetchall()]
+        return dict(zip(names, row, strict=True)), hits
+
+    def _has_table(self, name: str) -> bool:
+        row = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [name]
+        ).fetchone()
+        return bool(row and row[0])
 
     # -- checks -----------------------------------------------------------------
     def totals_by_file(self) -> dict[str, Decimal]:

@@ -119,3 +119,20 @@ def test_file_times_do_not_decide_when_a_manifest_does(db: Path, tmp_path: Path,
         for p in order:
             store.ingest([p])
         assert _total(store) == _folder_total(NEW)
+
+
+def test_export_time_orders_extracts_without_a_stamped_folder(db: Path, tmp_path: Path) -> None:
+    """GCP extracts in plainly named folders: the rows' export_time says which is newer, not the file time."""
+    src = FIXTURES / "gcp/reexport"
+    early, late = sorted(p for p in src.iterdir() if p.is_dir())
+    a, b = tmp_path / "extract-a", tmp_path / "extract-b"
+    shutil.copytree(late, a)
+    shutil.copytree(early, b)
+    for f in a.iterdir():
+        os.utime(f, (1_000_000, 1_000_000))  # the later extract looks oldest on disk
+    with billing_audit.open(db) as store:
+        store.ingest([a])
+        store.ingest([b])
+        files = {r[0] for r in store.con.execute(
+            "SELECT DISTINCT x_SourceFile FROM line_items WHERE BillingPeriodStart = '2026-10-01'").fetchall()}
+    assert files and all("/extract-a/" in f for f in files)
