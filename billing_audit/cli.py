@@ -197,5 +197,196 @@ def audit(paths: tuple[str, ...], db: str, fmt: str, quiet: bool) -> None:
         sys.exit(2)
 
 
+def rules_option(f: F) -> F:
+    return click.option(
+        "--rules",
+        "rule_dirs",
+        multiple=True,
+        type=click.Path(),
+        help="Folder (or file) of extra rules; repeatable.  The built-in pack is always loaded.",
+    )(f)
+
+
+def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        if "=" not in v:
+            raise BillingAuditError(f"--param {v!r}: expected NAME=VALUE")
+        k, _, val = v.partition("=")
+        out[k.strip()] = val
+    return out
+
+
+def _typed_params(rules: list[Any], raw: dict[str, str]) -> dict[str, Any]:
+    from billing_audit.rules import coerce_param
+
+    typed: dict[str, Any] = {}
+    for name, value in raw.items():
+        owner = next((r for r in rules if name in r.meta.params), None)
+        if owner is None:
+            raise BillingAuditError(f"--param {name}: no selected rule has a parameter called {name!r}")
+        typed[name] = coerce_param(owner, name, value)
+    return typed
+
+
+@main.command()
+@db_option
+@rules_option
+@click.option("--select", "select", multiple=True, help="Run only rules with this id, name or category; repeatable.")
+@click.option("--exclude", "exclude", multiple=True, help="Skip rules with this id, name or category; repeatable.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Set a rule parameter; repeatable.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@handle_errors
+def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
+        params: tuple[str, ...], quiet: bool) -> None:
+    """Run the rules over the store and record what they match in rule_hits.
+
+    Re-tagging replaces the earlier hits of the rules that run: never duplicates.
+
+    \b
+    Examples:
+      billing-audit tag                                  # the built-in pack
+      billing-audit tag --select restart_fee             # one category
+      billing-audit tag --rules team-rules/ --param min_cost=0.01
+    """
+    from pathlib import Path
+
+    from billing_audit.rules import load_rules
+
+    ruleset = load_rules([Path(d) for d in rule_dirs])
+    chosen = ruleset.select(list(select), list(exclude))
+    typed = _typed_params(chosen, _parse_params(params))
+    with billing_audit.open(db) as store:
+        result = store.tag(chosen, typed)
+    if quiet:
+        return
+    table = Table(title=f"tag run {result.run_id}")
+    table.add_column("rule")
+    table.add_column("category")
+    table.add_column("lines", justify="right")
+    by_id = {r.id: r for r in chosen}
+    for rid, n in result.hits_by_rule.items():
+        table.add_row(f"{rid} {by_id[rid].name}", by_id[rid].category, f"{n:,}")
+    out.print(table)
+    err.print(f"{result.hits:,} hits from {len(chosen)} rules in {result.scans} scan(s) of line_items", markup=False)
+
+
+@main.group()
+def rules() -> None:
+    """List, show and test rule files.
+
+    \b
+    Examples:
+      billing-audit rules list
+      billing-audit rules show BA010
+      billing-audit rules test --rules team-rules/
+    """
+
+
+@rules.command("list")
+@rules_option
+@format_option
+@handle_errors
+def rules_list(rule_dirs: tuple[str, ...], fmt: str) -> None:
+    """Every loaded rule: id, name, category, severity, providers and source.
+
+    \b
+    Example:
+      billing-audit rules list --rules team-rules/ --format csv
+    """
+    from pathlib import Path
+
+    from billing_audit.rules import load_rules
+
+    ruleset = load_rules([Path(d) for d in rule_dirs])
+    df = pl.DataFrame(
+        {
+            "id": [r.id for r in ruleset.rules],
+            "name": [r.name for r in ruleset.rules],
+            "category": [r.category for r in ruleset.rules],
+            "severity": [r.meta.severity for r in ruleset.rules],
+            "providers": [",".join(r.meta.providers) for r in ruleset.rules],
+            "title": [r.meta.title for r in ruleset.rules],
+            "source": ["built-in" if r.builtin else str(r.path) for r in ruleset.rules],
+        }
+    )
+    _print_frame(df, "rules", fmt)
+
+
+@rules.command("show")
+@click.argument("rule_id")
+@rules_option
+@handle_errors
+def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
+    """One rule's header, parameters and query.
+
+    \b
+    Example:
+      billing-audit rules show restart_fee.interrupted_spot
+    """
+    from pathlib import Path
+
+    from billing_audit.rules import load_rules
+
+    r = load_rules([Path(d) for d in rule_dirs]).get(rule_id)
+    click.echo(f"{r.id}  {r.name}  [{r.category}, {r.meta.severity}]  providers: {', '.join(r.meta.providers)}")
+    click.echo(f"{r.meta.title}\nfile: {r.path}")
+    if r.meta.description:
+        click.echo("\n" + r.meta.description.strip())
+    if r.meta.params:
+        click.echo("\nparameters:")
+        for name, p in r.meta.params.items():
+            click.echo(f"  {name} = {p.default!r}  {p.description}")
+    click.echo("\n" + r.sql)
+
+
+@rules.command("test")
+@rules_option
+@handle_errors
+def rules_test(rule_dirs: tuple[str, ...]) -> None:
+    """Check rules: header, SQL safety, binding against the store schema, and case files.
+
+    A case file beside a rule (BA100_x.sql -> BA100_x.cases.yaml) lists rows that
+    must match and rows that must not; they are run on a scratch store.
+
+    \b
+    Example:
+      billing-audit rules test --rules team-rules/
+    """
+    from pathlib import Path
+
+    from billing_audit.rulecases import check_rules
+
+    failures, lines = check_rules([Path(d) for d in rule_dirs])
+    for line in lines:
+        click.echo(line)
+    if failures:
+        err.print(f"{failures} rule check(s) failed", markup=False)
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("line_item_id")
+@db_option
+@handle_errors
+def explain(line_item_id: str, db: str) -> None:
+    """Show one line item, every rule that matched it and why, and where it came from.
+
+    \b
+    Example:
+      billing-audit explain aws-1b57f7bf1241-7
+    """
+    with billing_audit.open(db) as store:
+        line, hits = store.explain(line_item_id)
+    click.echo(f"{line_item_id}: {line.get('x_SourceFile')} row {line.get('x_SourceRow')} ({line.get('x_SourceFormat')})")
+    for key in ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAccountId", "ChargePeriodStart",
+                "BilledCost", "EffectiveCost", "ListCost", "BillingCurrency", "PricingCategory", "Tags"):
+        click.echo(f"  {key:<18} {line.get(key)}")
+    if not hits:
+        click.echo("no rule matched this line (run `billing-audit tag` after ingesting)")
+    for h in hits:
+        click.echo(f"  matched {h['rule_id']} [{h['category']}]: {h['reason']}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

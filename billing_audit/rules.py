@@ -1,0 +1,330 @@
+"""SQL rule files: loading, validation and the safety checks rules pass before they run.
+
+A rule is one ``.sql`` file: a YAML header in a leading block comment, then one
+read-only SELECT over ``line_items`` (and the documented views) returning
+``x_LineItemId`` and a human ``reason``.  Rules are untrusted input: see
+:func:`check_sql`.  Running rules lives in :mod:`billing_audit.tagging`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlglot
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlglot import exp
+
+from billing_audit.errors import BillingAuditError
+
+# Precedence: when a line matches rules of several categories, reports count its
+# cost once, under the first category in this order.
+CATEGORIES: tuple[str, ...] = (
+    "restart_fee",
+    "other_compute_charge",
+    "storage_reread",
+    "checkpoint_egress",
+    "interruption_signal",
+    "spot_compute",
+    "on_demand_compute",
+    "custom",
+)
+CATEGORY_DOCS: dict[str, str] = {
+    "restart_fee": "per-restart fees for interrupted spot capacity",
+    "other_compute_charge": "Azure 'Other Compute Charges' (other than the restart fees inside it)",
+    "storage_reread": "reads of checkpoint storage (GET/HEAD, retrieval, read operations)",
+    "checkpoint_egress": "data transfer out of checkpoint storage (internet, inter-region, cross-zone)",
+    "interruption_signal": "lines saying a spot/preemptible resource was interrupted, evicted, preempted, reclaimed",
+    "spot_compute": "spot / preemptible GPU compute",
+    "on_demand_compute": "on-demand GPU compute (for the spot vs on-demand comparison)",
+    "custom": "anything else a team wants to find",
+}
+SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
+PROVIDERS: tuple[str, ...] = ("aws", "azure", "gcp")
+
+# Relations a rule may read besides its own CTEs.
+READABLE = {"line_items", "checkpoint_resources"}
+
+# Functions that reach outside the store.  The sandbox connection refuses file
+# access anyway; refusing by name gives a clearer message earlier.
+FORBIDDEN_FUNCTIONS = re.compile(
+    r"^(read_\w+|parquet_\w+|sniff_csv|glob|query|query_table|getenv|iceberg_\w+|delta_scan|"
+    r"sqlite_\w+|postgres_\w+|mysql_\w+|duckdb_\w+|pragma_\w+|load_\w+|install_\w+|\w*_scan|system)$",
+    re.IGNORECASE,
+)
+
+BUILTIN_DIR_CANDIDATES = (
+    Path(__file__).resolve().parent / "_rules",  # installed wheel
+    Path(__file__).resolve().parent.parent / "rules",  # source checkout
+)
+
+
+class RuleError(BillingAuditError):
+    """A rule that cannot be loaded or is refused; says file:line and why."""
+
+    def __init__(self, file: Path | str, line: int | None, reason: str):
+        self.file = str(file)
+        self.line = line
+        self.reason = reason
+        where = f"{file}:{line}" if line else str(file)
+        super().__init__(f"{where}: {reason}")
+
+
+class Param(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    default: Any = None
+    description: str = ""
+
+
+class RuleMeta(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=r"^[A-Z]{2,5}[0-9]{3,4}$")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+    title: str
+    category: Literal[
+        "restart_fee",
+        "other_compute_charge",
+        "storage_reread",
+        "checkpoint_egress",
+        "interruption_signal",
+        "spot_compute",
+        "on_demand_compute",
+        "custom",
+    ]
+    severity: Literal["info", "low", "medium", "high", "critical"]
+    providers: list[Literal["aws", "azure", "gcp"]] = Field(min_length=1)
+    description: str = ""
+    params: dict[str, Param] = Field(default_factory=dict)
+
+
+@dataclass
+class Rule:
+    meta: RuleMeta
+    path: Path
+    sql: str
+    sql_line: int  # file line where the query starts
+    builtin: bool = False
+    tree: exp.Expression | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def category(self) -> str:
+        return self.meta.category
+
+    def defaults(self) -> dict[str, Any]:
+        return {k: p.default for k, p in self.meta.params.items()}
+
+
+_HEADER = re.compile(r"\A\s*/\*(?P<yaml>.*?)\*/", re.DOTALL)
+
+
+def _line_of_key(text: str, key: str, start_line: int) -> int:
+    for i, line in enumerate(text.splitlines()):
+        if re.match(rf"^\s*{re.escape(key)}\s*:", line):
+            return start_line + i
+    return start_line
+
+
+def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
+    """Read and validate one rule file (header and SQL safety); raises RuleError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(path, None, f"cannot read rule file: {e}") from None
+    m = _HEADER.match(text)
+    if not m:
+        raise RuleError(path, 1, "a rule file starts with a /* ... */ block holding its YAML header")
+    header_line = text[: m.start("yaml")].count("\n") + 1
+    try:
+        raw = yaml.safe_load(m.group("yaml"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = header_line + mark.line if mark is not None else header_line
+        raise RuleError(path, line, f"header is not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(raw, dict):
+        raise RuleError(path, header_line, "header must be a YAML mapping (id, name, title, ...)")
+    try:
+        meta = RuleMeta.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        key = loc[0] if loc else "?"
+        line = _line_of_key(m.group("yaml"), loc[-1] if err["type"] == "extra_forbidden" else key, header_line)
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(RuleMeta.model_fields) if len(loc) == 1 else "default, description"
+            reason = f"unknown key {loc[-1]!r} in header (allowed: {allowed})"
+        elif key == "category":
+            reason = f"unknown category {raw.get('category')!r}; categories: {', '.join(CATEGORIES)}"
+        elif key == "severity":
+            reason = f"unknown severity {raw.get('severity')!r}; severities: {', '.join(SEVERITIES)}"
+        elif key == "providers":
+            reason = f"providers must be a list drawn from {', '.join(PROVIDERS)}"
+        else:
+            reason = f"header key {'.'.join(loc)!r}: {err['msg']}"
+        raise RuleError(path, line, reason) from None
+    if not path.name.startswith(meta.id):
+        raise RuleError(path, _line_of_key(m.group("yaml"), "id", header_line),
+                        f"file name must start with the rule id {meta.id!r} (e.g. {meta.id}_{meta.name.replace('.', '_')}.sql)")
+    sql = text[m.end():]
+    sql_line = text[: m.end()].count("\n") + 1 + sql[: len(sql) - len(sql.lstrip())].count("\n")
+    rule = Rule(meta=meta, path=path, sql=sql.strip().rstrip(";").strip(), sql_line=sql_line, builtin=builtin)
+    rule.tree = check_sql(rule)
+    return rule
+
+
+def check_sql(rule: Rule) -> exp.Expression:
+    """Refuse anything but one read-only SELECT over the readable relations."""
+    path, line = rule.path, rule.sql_line
+    if not rule.sql:
+        raise RuleError(path, line, "no query after the header")
+    try:
+        statements = [s for s in sqlglot.parse(rule.sql, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        at = line + (first.get("line") or 1) - 1
+        raise RuleError(path, at, f"SQL syntax error: {first.get('description') or e}") from None
+    if len(statements) != 1:
+        raise RuleError(path, line, f"a rule holds exactly one SELECT statement (found {len(statements)})")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        kind = type(tree).__name__.upper()
+        raise RuleError(path, line, f"only a read-only SELECT is allowed, not {kind}")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for node in tree.walk():
+        if isinstance(node, (exp.DDL, exp.DML, exp.Command, exp.Pragma, exp.Set, exp.Copy, exp.Attach, exp.Install)):
+            raise RuleError(path, line, f"only a read-only SELECT is allowed, not {type(node).__name__.upper()}")
+        if isinstance(node, exp.Table):
+            target = node.this
+            if not isinstance(target, exp.Identifier):
+                fname = (target.sql(dialect="duckdb").split("(")[0] if target is not None else "?").lower()
+                raise RuleError(path, _line_for(rule, fname + "("),
+                                f"table function {fname}() is not allowed: rules read {', '.join(sorted(READABLE))}")
+            name = node.name.lower()
+            if node.args.get("db") or node.args.get("catalog"):
+                raise RuleError(path, line, f"rules may not name other schemas or databases ({node.sql()})")
+            if name not in READABLE and name not in ctes:
+                hint = difflib.get_close_matches(name, sorted(READABLE), n=1)
+                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise RuleError(path, _line_for(rule, node.name),
+                                f"unknown table {node.name!r}{extra}: rules read {', '.join(sorted(READABLE))}")
+        if isinstance(node, exp.Func):
+            fname = node.sql_name() if not isinstance(node, exp.Anonymous) else str(node.this)
+            if FORBIDDEN_FUNCTIONS.match(fname):
+                raise RuleError(path, _line_for(rule, fname + "("),
+                                f"function {fname.lower()}() is not allowed in rules (it reaches outside the store)")
+    outputs = {e.alias_or_name.lower() for e in _outputs(tree)}
+    missing = {"x_lineitemid", "reason"} - outputs
+    if missing and "*" not in outputs:
+        raise RuleError(path, line, f"the query must return x_LineItemId and reason (missing: {', '.join(sorted(missing))})")
+    used = {p.name for p in tree.find_all(exp.Placeholder) if p.name}
+    unknown = used - set(rule.meta.params)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise RuleError(path, _line_for(rule, "$" + name), f"parameter ${name} is used but not declared under params")
+    if any(isinstance(p, exp.Placeholder) and not p.name for p in tree.find_all(exp.Placeholder)):
+        raise RuleError(path, line, "use named parameters ($name), not positional ones")
+    return tree
+
+
+def _line_for(rule: Rule, needle: str) -> int:
+    """The file line of the first query line that mentions needle (else the query's first line)."""
+    for i, text in enumerate(rule.sql.splitlines()):
+        if needle.lower() in text.lower():
+            return rule.sql_line + i
+    return rule.sql_line
+
+
+def _outputs(tree: exp.Expression) -> list[exp.Expression]:
+    q = tree
+    while isinstance(q, exp.SetOperation):
+        q = q.left
+    return list(q.expressions) if isinstance(q, exp.Select) else []
+
+
+@dataclass
+class RuleSet:
+    rules: list[Rule]
+
+    def get(self, key: str) -> Rule:
+        for r in self.rules:
+            if key in (r.id, r.name):
+                return r
+        names = [r.id for r in self.rules] + [r.name for r in self.rules]
+        hint = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+        extra = f"; did you mean {', '.join(hint)}?" if hint else ""
+        raise BillingAuditError(f"unknown rule {key!r}{extra}")
+
+    def select(self, select: list[str] | None = None, exclude: list[str] | None = None) -> list[Rule]:
+        """Rules chosen by id, name or category (exclude wins)."""
+
+        def matches(r: Rule, key: str) -> bool:
+            return key in (r.id, r.name, r.category) or r.name.startswith(key + ".")
+
+        for key in (select or []) + (exclude or []):
+            if not any(matches(r, key) for r in self.rules):
+                names = [r.id for r in self.rules] + [r.name for r in self.rules] + list(CATEGORIES)
+                hint = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+                extra = f"; did you mean {', '.join(hint)}?" if hint else ""
+                raise BillingAuditError(f"no rule matches {key!r}{extra}")
+        chosen = [r for r in self.rules if not select or any(matches(r, k) for k in select)]
+        return [r for r in chosen if not any(matches(r, k) for k in (exclude or []))]
+
+
+def builtin_dir() -> Path:
+    for cand in BUILTIN_DIR_CANDIDATES:
+        if cand.is_dir():
+            return cand
+    raise BillingAuditError("the built-in rules folder is missing from this installation")
+
+
+def load_rules(extra_dirs: list[Path] | None = None, *, builtin: bool = True) -> RuleSet:
+    """The built-in rules plus every *.sql under the given folders; ids must be unique."""
+    files: list[tuple[Path, bool]] = []
+    if builtin:
+        files += [(p, True) for p in sorted(builtin_dir().glob("*.sql"))]
+    for d in extra_dirs or []:
+        d = Path(d)
+        if not d.exists():
+            raise BillingAuditError(f"{d}: rules folder does not exist")
+        found = sorted(d.rglob("*.sql")) if d.is_dir() else [d]
+        if not found:
+            raise BillingAuditError(f"{d}: no .sql rule files in this folder")
+        files += [(p, False) for p in found]
+    rules: list[Rule] = []
+    seen: dict[str, Rule] = {}
+    for path, is_builtin in files:
+        rule = parse_rule_file(path, builtin=is_builtin)
+        for key in (rule.id, rule.name):
+            if key in seen:
+                raise RuleError(path, 2, f"duplicate rule {'id' if key == rule.id else 'name'} {key!r} (also in {seen[key].path})")
+            seen[key] = rule
+        rules.append(rule)
+    return RuleSet(rules)
+
+
+def coerce_param(rule: Rule, name: str, value: str) -> Any:
+    """A --param value typed like the parameter's default (lists split on commas)."""
+    default = rule.meta.params[name].default
+    try:
+        if isinstance(default, bool):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, list):
+            return [v.strip() for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise BillingAuditError(f"--param {name}={value}: expected a {type(default).__name__} for rule {rule.id}") from None
+    return value
