@@ -1,0 +1,365 @@
+"""Azure Cost Management cost-details exports: EA (PascalCase, old and new names) and MCA (camelCase).
+
+One format covers both agreements: column names are matched case-insensitively,
+and where EA and MCA (or old and new EA files) spell a column differently both
+spellings are declared and coalesced in the SELECT.  Runs are grouped by the
+export's ``manifest.json`` (or the legacy ``_manifest.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
+from connectors.aws_cur import resolve_key
+
+# Declared source columns (lower-case; matching is case-insensitive).  Where two
+# names mean the same thing, the comment says which agreement or vintage uses which.
+COLUMNS: dict[str, str] = {
+    # billing account and period
+    "billingaccountid": TEXT,
+    "billingaccountname": TEXT,
+    "enrollmentnumber": TEXT,  # older EA files
+    "billingprofileid": TEXT,  # MCA
+    "billingprofilename": TEXT,
+    "billingperiodstartdate": TIME,
+    "billingperiodenddate": TIME,
+    "invoiceid": TEXT,  # MCA
+    # subscription
+    "subscriptionid": TEXT,  # new EA and MCA: the GUID; old EA: a number
+    "subscriptionguid": TEXT,  # old EA: the GUID
+    "subscriptionname": TEXT,
+    # when
+    "date": TIME,  # M/D/YYYY or ISO
+    # what
+    "productname": TEXT,  # new EA, MCA
+    "product": TEXT,  # old EA
+    "metercategory": TEXT,
+    "metersubcategory": TEXT,
+    "metername": TEXT,
+    "meterid": TEXT,
+    "meterregion": TEXT,
+    "servicefamily": TEXT,
+    "consumedservice": TEXT,
+    "unitofmeasure": TEXT,
+    "quantity": NUM,
+    # money
+    "costinbillingcurrency": NUM,  # new EA, MCA
+    "cost": NUM,  # old EA
+    "pretaxcost": NUM,  # legacy usage-details API files
+    "billingcurrencycode": TEXT,  # new EA
+    "billingcurrency": TEXT,  # old EA, MCA
+    "pricingcurrency": TEXT,  # MCA
+    "exchangeratepricingtobilling": NUM,  # MCA
+    "effectiveprice": NUM,
+    "unitprice": NUM,
+    "paygprice": NUM,  # EA: billing currency; MCA: pricing currency
+    "paygcostinbillingcurrency": NUM,  # MCA
+    # charge
+    "chargetype": TEXT,
+    "frequency": TEXT,
+    "pricingmodel": TEXT,
+    "publishername": TEXT,
+    "publishertype": TEXT,
+    # commitment discounts
+    "benefitid": TEXT,
+    "benefitname": TEXT,
+    "reservationid": TEXT,
+    "reservationname": TEXT,
+    # where
+    "resourceid": TEXT,
+    "instanceid": TEXT,  # old EA
+    "resourcename": TEXT,
+    "resourcelocation": TEXT,
+    "availabilityzone": TEXT,
+    "tags": TEXT,
+}
+
+# ServiceCategory from MeterCategory (FOCUS 1.2 values).
+_CATEGORY = {
+    "Compute": (
+        "Virtual Machines",
+        "Virtual Machines Licenses",
+        "Cloud Services",
+        "Azure Kubernetes Service",
+        "Container Instances",
+        "Batch",
+        "Functions",
+        "Azure App Service",
+        "App Service",
+        "Azure Container Apps",
+        "Azure Spring Apps",
+        "Azure VMware Solution",
+        "Service Fabric",
+        "Dedicated Host",
+    ),
+    "Storage": ("Storage", "Backup", "Azure NetApp Files", "Azure Data Box", "Data Lake Store", "Azure Files"),
+    "Networking": (
+        "Bandwidth",
+        "Virtual Network",
+        "Load Balancer",
+        "VPN Gateway",
+        "Azure DNS",
+        "DNS",
+        "ExpressRoute",
+        "Content Delivery Network",
+        "Application Gateway",
+        "Azure Front Door Service",
+        "Network Watcher",
+        "Azure Firewall",
+        "NAT Gateway",
+        "Azure Bastion",
+        "IP Addresses",
+        "Traffic Manager",
+        "Private Link",
+    ),
+    "AI and Machine Learning": (
+        "Azure Machine Learning",
+        "Machine Learning Studio",
+        "Cognitive Services",
+        "Azure OpenAI Service",
+        "Azure Cognitive Search",
+        "Foundry Models",
+        "Foundry Tools",
+    ),
+    "Databases": (
+        "SQL Database",
+        "SQL Managed Instance",
+        "Azure Cosmos DB",
+        "Azure Database for PostgreSQL",
+        "Azure Database for MySQL",
+        "Azure Database for MariaDB",
+        "Redis Cache",
+        "Azure Cache for Redis",
+    ),
+    "Analytics": (
+        "Azure Synapse Analytics",
+        "Azure Databricks",
+        "HDInsight",
+        "Azure Data Factory v2",
+        "Azure Data Explorer",
+        "Event Hubs",
+        "Stream Analytics",
+        "Microsoft Fabric",
+    ),
+    "Management and Governance": (
+        "Log Analytics",
+        "Azure Monitor",
+        "Insight and Analytics",
+        "Automation",
+        "Azure Site Recovery",
+        "Advanced Threat Protection",
+    ),
+    "Security": ("Key Vault", "Microsoft Defender for Cloud", "Security Center", "Sentinel", "Azure DDOS Protection"),
+    "Integration": ("Service Bus", "Logic Apps", "API Management", "Event Grid"),
+    "Identity": ("Microsoft Entra ID", "Azure Active Directory", "Azure Active Directory B2C"),
+}
+
+
+def _category_case() -> str:
+    arms = []
+    for cat, names in _CATEGORY.items():
+        quoted = ", ".join("'" + n.lower().replace("'", "''") + "'" for n in names)
+        arms.append(f"WHEN lower(metercategory) IN ({quoted}) THEN '{cat}'")
+    return "CASE " + " ".join(arms) + " ELSE 'Other' END"
+
+
+# Spot: the source says so, or a compute meter named "... Spot" (fee meters such as
+# "Spot Restart Fee" are fixed-price charges, not spot-priced usage).
+SPOT = (
+    "(lower(coalesce(pricingmodel, '')) = 'spot' OR ("
+    "regexp_matches(coalesce(metername, ''), '(^|\\s)spot(\\s|$)', 'i') "
+    "AND NOT regexp_matches(coalesce(metername, '') || ' ' || coalesce(metersubcategory, ''), "
+    "'\\b(fee|charges?|restart)\\b', 'i')))"
+)
+
+SELECT = """
+SELECT
+  _row,
+  coalesce(nullif(trim(billingaccountid), ''), nullif(trim(enrollmentnumber), ''), _sub) AS BillingAccountId,
+  nullif(billingaccountname, '') AS BillingAccountName,
+  CASE WHEN nullif(trim(billingaccountid), '') IS NOT NULL THEN 'Billing Account'
+       WHEN nullif(trim(enrollmentnumber), '') IS NOT NULL THEN 'Enrollment'
+       ELSE 'Subscription' END AS BillingAccountType,
+  billingperiodstartdate AS BillingPeriodStart,
+  -- Azure's end date is the period's last day; FOCUS ends are exclusive
+  CASE WHEN billingperiodenddate = date_trunc('day', billingperiodenddate)
+       THEN billingperiodenddate + INTERVAL 1 DAY ELSE billingperiodenddate END AS BillingPeriodEnd,
+  nullif(invoiceid, '') AS InvoiceId,
+  'Microsoft' AS InvoiceIssuerName,
+  'Microsoft' AS ProviderName,
+  coalesce(nullif(publishername, ''), 'Microsoft') AS PublisherName,
+  _sub AS SubAccountId,
+  nullif(subscriptionname, '') AS SubAccountName,
+  'Subscription' AS SubAccountType,
+  "date" AS ChargePeriodStart,
+  "date" + INTERVAL 1 DAY AS ChargePeriodEnd,
+  _billed AS BilledCost,
+  _billed AS EffectiveCost,
+  _billed AS ContractedCost,
+  CAST(unitprice * _rate AS DECIMAL(38,12)) AS ContractedUnitPrice,
+  CASE WHEN paygcostinbillingcurrency IS NOT NULL THEN paygcostinbillingcurrency
+       WHEN _list IS NOT NULL THEN _list
+       ELSE _billed END AS ListCost,
+  CASE WHEN paygcostinbillingcurrency IS NOT NULL THEN 'paygCostInBillingCurrency'
+       WHEN _list IS NOT NULL
+         THEN CASE WHEN _rate = 1 THEN 'PayGPrice * Quantity'
+                   ELSE 'PayGPrice * Quantity * exchangeRatePricingToBilling' END
+       ELSE 'CostInBillingCurrency (no pay-as-you-go price in export)' END AS x_ListCostSource,
+  CAST(paygprice * _rate AS DECIMAL(38,12)) AS ListUnitPrice,
+  _currency AS BillingCurrency,
+  coalesce(nullif(pricingcurrency, ''), _currency) AS PricingCurrency,
+  CASE WHEN _ctl IN ('usage', 'unusedreservation', 'unusedsavingsplan') THEN 'Usage'
+       WHEN _ctl = 'purchase' THEN 'Purchase'
+       WHEN _ctl IN ('refund', 'credit') THEN 'Credit'
+       WHEN _ctl = 'tax' THEN 'Tax'
+       WHEN _ct IS NULL THEN 'Usage'
+       ELSE 'Adjustment' END AS ChargeCategory,
+  CASE WHEN _ctl = 'refund' THEN 'Correction' END AS ChargeClass,
+  coalesce(nullif(productname, ''), nullif(product, '')) AS ChargeDescription,
+  CASE lower(replace(trim(frequency), ' ', ''))
+       WHEN 'onetime' THEN 'One-Time'
+       WHEN 'recurring' THEN 'Recurring'
+       WHEN 'usagebased' THEN 'Usage-Based'
+       ELSE CASE WHEN _ctl = 'purchase' THEN 'One-Time' ELSE 'Usage-Based' END END AS ChargeFrequency,
+  CASE WHEN {spot} THEN 'Dynamic'
+       WHEN _ctl = 'tax' THEN NULL
+       WHEN _pm IN ('Reservation', 'SavingsPlan') AND coalesce(_ctl, 'usage') IN ('usage', 'unusedreservation',
+            'unusedsavingsplan') THEN 'Committed'
+       ELSE 'Standard' END AS PricingCategory,
+  CASE WHEN lower(_pm) = 'ondemand' THEN 'OnDemand'
+       WHEN _pm IS NULL AND {spot} THEN 'Spot'
+       ELSE _pm END AS x_PricingModel,
+  CASE WHEN _pm IN ('Reservation', 'SavingsPlan')
+       THEN coalesce(nullif(benefitid, ''), nullif(reservationid, '')) END AS CommitmentDiscountId,
+  CASE WHEN _pm IN ('Reservation', 'SavingsPlan')
+       THEN coalesce(nullif(benefitname, ''), nullif(reservationname, '')) END AS CommitmentDiscountName,
+  CASE _pm WHEN 'Reservation' THEN 'Usage' WHEN 'SavingsPlan' THEN 'Spend' END AS CommitmentDiscountCategory,
+  CASE _pm WHEN 'Reservation' THEN 'Reservation' WHEN 'SavingsPlan' THEN 'Savings Plan' END AS CommitmentDiscountType,
+  quantity AS ConsumedQuantity,
+  nullif(unitofmeasure, '') AS ConsumedUnit,
+  quantity AS PricingQuantity,
+  nullif(unitofmeasure, '') AS PricingUnit,
+  nullif(lower(replace(trim(resourcelocation), ' ', '')), '') AS RegionId,
+  coalesce(nullif(meterregion, ''), nullif(resourcelocation, '')) AS RegionName,
+  nullif(availabilityzone, '') AS AvailabilityZone,
+  _rid AS ResourceId,
+  coalesce(nullif(resourcename, ''), nullif(regexp_extract(_rid, '([^/]+)/?$', 1), '')) AS ResourceName,
+  nullif(regexp_extract(_rid, '/providers/([^/]+/[^/]+)/[^/]+/?$', 1), '') AS ResourceType,
+  coalesce(nullif(metercategory, ''), nullif(consumedservice, '')) AS ServiceName,
+  {category} AS ServiceCategory,
+  nullif(meterid, '') AS SkuId,
+  nullif(metername, '') AS SkuMeter,
+  nullif(concat_ws('|', coalesce(metercategory, ''), coalesce(metersubcategory, ''), coalesce(metername, '')), '||')
+    AS x_UsageType,
+  nullif(consumedservice, '') AS x_Operation,
+  _ct AS x_LineItemType,
+  ba_tags(ba_json_tags(tags)) AS Tags,
+  CASE WHEN ba_tags_malformed(tags) THEN tags END AS x_TagsRaw
+FROM (SELECT *, CAST(CAST(paygprice * quantity AS DECIMAL(38,12)) * _rate AS DECIMAL(38,12)) AS _list FROM (
+  SELECT *,
+    coalesce(costinbillingcurrency, cost, pretaxcost) AS _billed,
+    nullif(trim(coalesce(billingcurrencycode, billingcurrency)), '') AS _currency,
+    nullif(trim(chargetype), '') AS _ct,
+    lower(trim(chargetype)) AS _ctl,
+    nullif(replace(trim(pricingmodel), ' ', ''), '') AS _pm,
+    coalesce(nullif(subscriptionguid, ''), nullif(subscriptionid, '')) AS _sub,
+    coalesce(nullif(resourceid, ''), nullif(instanceid, '')) AS _rid,
+    -- prices are in the pricing currency (MCA: often USD); costs in the billing currency
+    CASE WHEN nullif(trim(pricingcurrency), '') IS NULL
+              OR trim(pricingcurrency) = trim(coalesce(billingcurrencycode, billingcurrency)) THEN 1
+         ELSE exchangeratepricingtobilling END::DECIMAL(38,12) AS _rate
+  FROM src
+) AS a0) AS a
+"""
+
+
+class AzureCostDetails(ExportFormat):
+    id = "azure-cost-details"
+    provider = "azure"
+    title = "Azure Cost Management cost details (EA PascalCase, old or new names; MCA camelCase): CSV, .csv.gz, parquet"
+    file_kinds = ("parquet", "csv")
+    columns = COLUMNS
+    required = ("date", "metercategory")
+
+    def detect(self, cols: dict[str, str], kind: str) -> bool:
+        return (
+            has_all(cols, "date", "metercategory")
+            and has_any(cols, "costinbillingcurrency", "cost", "pretaxcost")
+            and has_any(cols, "subscriptionid", "subscriptionguid", "metername", "chargetype")
+        )
+
+    def render(self, cols: dict[str, str]) -> str:
+        return SELECT.format(spot=SPOT, category=_category_case())
+
+
+# -- manifests ----------------------------------------------------------------------
+
+_PERIOD_DIR = re.compile(r"(\d{8})-(\d{8})")
+
+
+def _parse_time(value: object) -> datetime | None:
+    """``2026-11-02T05:12:43.1234567Z`` (seven fractional digits) -> aware UTC datetime."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    s = value.strip().replace("Z", "+00:00")
+    s = re.sub(r"(\.\d{6})\d+", r"\1", s)
+    try:
+        t = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+class CostExportManifest(ManifestReader):
+    """``manifest.json`` (exports since 2024) and ``_manifest.json`` (older partitioned exports).
+
+    Both list the run's files in ``blobs[].blobName``; ``runInfo.submittedTime`` dates the run.
+    With "create new report" every run is a full snapshot of the month, so each run is
+    its own delivery and the newest replaces the others.
+    """
+
+    name_pattern = re.compile(r"_?manifest\.json", re.IGNORECASE)
+
+    def read(self, path: Path) -> DeliveryHint | None:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        if not isinstance(data, dict) or "blobs" not in data or "exportConfig" not in data:
+            return None  # some other tool's manifest.json
+        export = data.get("exportConfig") or {}
+        run = data.get("runInfo") or {}
+        name = export.get("resourceId") or export.get("exportName") or ""
+        period = _period(run, path)
+        run_id = run.get("runId") or path.parent.name
+        files = []
+        for blob in data.get("blobs") or []:
+            key = blob.get("blobName") if isinstance(blob, dict) else None
+            if not key:
+                continue
+            key = re.sub(r"^[a-z]+://[^/]+/", "", key)  # a full blob URL
+            f = resolve_key(path, key)
+            if f is not None:
+                files.append(f)
+        return DeliveryHint(
+            key=f"azure-export:{name}:{period}:{run_id}",
+            files=files,
+            version=_parse_time(run.get("submittedTime")),
+            label=f"{export.get('exportName', '')} run {run_id}",
+        )
+
+
+def _period(run: dict[str, object], path: Path) -> str:
+    start = _parse_time(run.get("startDate"))
+    if start is not None:
+        return f"{start:%Y%m}"
+    for part in reversed(path.parts[:-1]):
+        m = _PERIOD_DIR.fullmatch(part)
+        if m:
+            return m.group(1)[:6]
+    return ""
+
+
+FORMATS = [AzureCostDetails()]
+MANIFESTS = [CostExportManifest()]
