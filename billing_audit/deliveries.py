@@ -97,7 +97,7 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
     """Deliveries found under the paths, oldest first."""
     data, manifests, errors = walk(paths)
     readers = fm.manifest_readers()
-    claimed: dict[Path, Delivery] = {}
+    claimed: dict[Path, Delivery | None] = {}
     deliveries: dict[str, Delivery] = {}
     ranks: dict[str, int] = {}
     for m in manifests:
@@ -114,6 +114,13 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         if hint is None:
             continue
         files = [f for f in hint.files if f.exists()]
+        if hint.missing:
+            # a partly downloaded delivery must not replace a complete one
+            errors.append(InputError(str(m), f"manifest lists {len(hint.missing)} file(s) not found locally "
+                                              f"(first: {hint.missing[0]}); this delivery is not ingested"))
+            for f in files:
+                claimed[f] = None
+            continue
         rank = 1 if hint.newest else (-1 if hint.outdated else 0)
         ranks[hint.key] = max(ranks.get(hint.key, rank), rank)
         if not files:

@@ -64,7 +64,7 @@ class DeliveryHint:
     label: str = ""
     newest: bool = False  # the manifest marks this delivery as its period's current one
     outdated: bool = False  # a manifest marks another delivery of the period as current
-    superseded_keys: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # files the manifest lists that are not here
 
 
 class ManifestReader:

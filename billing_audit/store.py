@@ -144,7 +144,8 @@ class Store:
     # -- queries ----------------------------------------------------------------
     def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame (DECIMAL stays Decimal)."""
-        table = self.con.sql(query, params=params or None).to_arrow_table()
+        # a fresh cursor: an earlier execute() may still hold an open result
+        table = self.con.cursor().sql(query, params=params or None).to_arrow_table()
         out = pl.from_arrow(table)
         assert isinstance(out, pl.DataFrame)
         return out

@@ -222,7 +222,7 @@ class CurManifest(ManifestReader):
             return None
         period = data.get("billingPeriod", {}).get("start", "")
         key = f"aws-cur:{data.get('reportName', '')}:{period}:{data['assemblyId']}"
-        files = [f for k in data["reportKeys"] if (f := resolve_key(path, k)) is not None]
+        files, missing = resolve_keys(path, data["reportKeys"])
         in_period_dir = bool(_PERIOD_DIR.fullmatch(path.parent.name))
         current = data["assemblyId"] if in_period_dir else _current_assembly(path)
         return DeliveryHint(
@@ -231,6 +231,7 @@ class CurManifest(ManifestReader):
             label=f"{data.get('reportName', '')} assembly {data['assemblyId']}",
             newest=current == data["assemblyId"],
             outdated=current is not None and current != data["assemblyId"],
+            missing=missing,
         )
 
 
@@ -250,6 +251,19 @@ def _current_assembly(assembly_manifest: Path) -> str | None:
         if isinstance(data, dict) and data.get("assemblyId"):
             return str(data["assemblyId"])
     return None
+
+
+def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]]:
+    """(local files found, keys not found) for the keys a manifest lists."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for k in keys:
+        f = resolve_key(manifest, k)
+        if f is None:
+            missing.append(k)
+        else:
+            found.append(f)
+    return found, missing
 
 
 def resolve_key(manifest: Path, key: str) -> Path | None:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit.formats import RAW, TEXT, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
-from connectors.aws_cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name, resolve_key
+from connectors.aws_cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name, resolve_keys
 
 # The map columns of the CUR 2.0 table (parquet MAP; JSON object text in the CSV flavour).
 MAP_COLUMNS = ("product", "resource_tags", "cost_category", "discount", "tags")
@@ -188,7 +188,7 @@ class Cur2Manifest(ManifestReader):
         if not isinstance(data, dict) or "dataFiles" not in data:
             return None
         keys = _data_keys(data["dataFiles"])
-        files = [f for k in keys if (f := resolve_key(path, k)) is not None]
+        files, missing = resolve_keys(path, keys)
         arn = str(data.get("exportArn") or "")
         name = str(
             data.get("exportName") or (arn.rsplit("/", 1)[-1] if arn else "") or path.name[: -len("-Manifest.json")]
@@ -206,6 +206,7 @@ class Cur2Manifest(ManifestReader):
             version=version,
             label=f"{name} {period} execution {execution}",
             newest=bool(_PERIOD_DIR.fullmatch(path.parent.name)),
+            missing=missing,
         )
 
 

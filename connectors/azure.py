@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
-from connectors.aws_cur import resolve_key
+from connectors.aws_cur import resolve_keys
 
 # Declared source columns (lower-case; matching is case-insensitive).  Where two
 # names mean the same thing, the comment says which agreement or vintage uses which.
@@ -333,18 +333,16 @@ class CostExportManifest(ManifestReader):
         name = export.get("resourceId") or export.get("exportName") or ""
         period = _period(run, path)
         run_id = run.get("runId") or path.parent.name
-        files = []
+        keys = []
         for blob in data.get("blobs") or []:
             key = blob.get("blobName") if isinstance(blob, dict) else None
-            if not key:
-                continue
-            key = re.sub(r"^[a-z]+://[^/]+/", "", key)  # a full blob URL
-            f = resolve_key(path, key)
-            if f is not None:
-                files.append(f)
+            if key:
+                keys.append(re.sub(r"^[a-z]+://[^/]+/", "", key))  # a full blob URL
+        files, missing = resolve_keys(path, keys)
         return DeliveryHint(
             key=f"azure-export:{name}:{period}:{run_id}",
             files=files,
+            missing=missing,
             version=_parse_time(run.get("submittedTime")),
             label=f"{export.get('exportName', '')} run {run_id}",
         )

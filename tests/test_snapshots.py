@@ -136,3 +136,16 @@ def test_export_time_orders_extracts_without_a_stamped_folder(db: Path, tmp_path
         files = {r[0] for r in store.con.execute(
             "SELECT DISTINCT x_SourceFile FROM line_items WHERE BillingPeriodStart = '2026-10-01'").fetchall()}
     assert files and all("/extract-a/" in f for f in files)
+
+
+def test_partly_downloaded_delivery_is_refused_and_replaces_nothing(db: Path, tmp_path: Path) -> None:
+    period = tmp_path / "20261001-20261101"
+    shutil.copytree(CSV_PERIOD, period)
+    with billing_audit.open(db) as store:
+        store.ingest([period / OLD.name])
+        before = _total(store)
+        (period / NEW.name / "gpu-cur-csv-2.zip").unlink()  # half of the newest assembly is missing
+        report = store.ingest([period])
+        assert report.failed >= 1
+        assert any("not found locally" in str(e) and "gpu-cur-csv-2.zip" in str(e) for e in report.errors)
+        assert _total(store) == before
