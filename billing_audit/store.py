@@ -8,6 +8,7 @@ as it was before it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,11 @@ from billing_audit.reader import (
 )
 
 DEFAULT_DB = "billing-audit.duckdb"
+
+# The billing month a line belongs to.  Periods start at local midnight for some
+# providers (GCP FOCUS: 07:00 UTC); shifting by two weeks before truncating maps
+# any time zone's period start to its own month.
+PERIOD = "date_trunc('month', BillingPeriodStart + INTERVAL 14 DAY)"
 
 BOOKKEEPING = [
     """CREATE TABLE IF NOT EXISTS deliveries (
@@ -153,7 +159,7 @@ class Store:
     def summary(self) -> pl.DataFrame:
         """Lines and cost per provider, billing period and currency."""
         return self.sql(
-            """SELECT x_Provider AS provider, strftime(BillingPeriodStart, '%Y-%m') AS period,
+            """SELECT x_Provider AS provider, strftime(""" + PERIOD + """, '%Y-%m') AS period,
                       BillingCurrency AS currency, count(*) AS lines,
                       sum(BilledCost) AS billed_cost, sum(EffectiveCost) AS effective_cost,
                       sum(ListCost) AS list_cost
@@ -225,14 +231,16 @@ class Store:
                             "SELECT (SELECT map_from_entries(list({'key': coalesce(c, ''), 'value': t})) FROM "
                             "(SELECT BillingCurrency AS c, sum(BilledCost) AS t FROM line_items "
                             "WHERE x_IngestId = $1 AND x_SourceFile = $2 GROUP BY 1)), "
-                            "(SELECT string_agg(DISTINCT strftime(BillingPeriodStart, '%Y-%m'), ',' ORDER BY "
-                            "strftime(BillingPeriodStart, '%Y-%m')) FROM line_items WHERE x_IngestId = $1 AND x_SourceFile = $2)",
+                            f"(SELECT string_agg(DISTINCT strftime({PERIOD}, '%Y-%m'), ',' ORDER BY "
+                            f"strftime({PERIOD}, '%Y-%m')) FROM line_items WHERE x_IngestId = $1 AND x_SourceFile = $2), "
+                            "(SELECT string_agg(DISTINCT x_Provider, ',') FROM line_items "
+                            "WHERE x_IngestId = $1 AND x_SourceFile = $2)",
                             [ingest_id, display],
                         ).fetchone()
                         assert tot is not None
                         con.execute(
                             "INSERT INTO ingest_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ingested', ?)",
-                            [ingest_id, display, fp, fmt.id, fmt.provider, d.key, tot[1], rows, tot[0], now],
+                            [ingest_id, display, fp, fmt.id, tot[2] or fmt.provider, d.key, tot[1], rows, tot[0], now],
                         )
                         results.append(FileResult(display, "ingested", fmt.id, rows))
                         if progress:
@@ -289,7 +297,7 @@ class Store:
             if row and row[0] is not None:
                 d.version, d.version_source = row[0].replace(tzinfo=UTC), "export_time"
         new_slices = con.execute(
-            "SELECT x_Provider, BillingAccountId, BillingPeriodStart, count(*) FROM line_items "
+            f"SELECT x_Provider, BillingAccountId, {PERIOD}, count(*) FROM line_items "
             "WHERE x_IngestId = ? GROUP BY ALL",
             [ingest_id],
         ).fetchall()
@@ -306,7 +314,7 @@ class Store:
         for prov, acct, period, rows in new_slices:
             owner = self._owner(prov, acct, period)
             where = (
-                "x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND BillingPeriodStart IS NOT DISTINCT FROM ?"
+                f"x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND {PERIOD} IS NOT DISTINCT FROM ?"
             )
             if self._is_newer(owner, d):
                 con.execute(f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
@@ -396,11 +404,11 @@ class Store:
 
 
 def _part_fp(file_fp: str, display: str, whole: bool) -> str:
+    """A zip member's fingerprint: the archive's and the member's name, never the path (ids stay stable)."""
     if whole:
         return file_fp
-    import hashlib
-
-    return hashlib.sha256((file_fp + display).encode()).hexdigest()
+    member = display.rsplit("!", 1)[-1]
+    return hashlib.sha256((file_fp + "!" + member).encode()).hexdigest()
 
 
 def open(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Store:  # noqa: A001

@@ -4,7 +4,7 @@ name: interruption_signal.text
 title: Lines that say a spot or preemptible resource was interrupted
 category: interruption_signal
 severity: low
-providers: [aws, azure, gcp]
+providers: [aws, gcp]
 description: |
   Any line whose description, usage type or meter says capacity was interrupted,
   evicted, preempted or reclaimed.  "Preemptible" alone (the name of GCP's spot

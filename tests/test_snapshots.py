@@ -149,3 +149,31 @@ def test_partly_downloaded_delivery_is_refused_and_replaces_nothing(db: Path, tm
         assert report.failed >= 1
         assert any("not found locally" in str(e) and "gpu-cur-csv-2.zip" in str(e) for e in report.errors)
         assert _total(store) == before
+
+
+def test_line_ids_do_not_depend_on_where_the_files_are(db: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere" / "20261001-20261101"
+    shutil.copytree(CSV_PERIOD, moved)
+    ids = []
+    for i, path in enumerate([CSV_PERIOD, moved]):
+        with billing_audit.open(tmp_path / f"s{i}.duckdb") as store:
+            store.ingest([path])
+            ids.append(sorted(r[0] for r in store.con.execute("SELECT x_LineItemId FROM line_items").fetchall()))
+    assert ids[0] == ids[1] and len(ids[0]) == 12
+
+
+def test_period_starting_at_local_midnight_is_the_same_month(db: Path, tmp_path: Path) -> None:
+    """GCP's FOCUS view starts periods at Pacific midnight (07:00 UTC): still October, still one slice."""
+    folder = tmp_path / "a"
+    shutil.copytree(PARQUET_DIR, folder)
+    with billing_audit.open(db) as store:
+        store.ingest([folder])
+        for f in sorted(folder.glob("*.parquet")):
+            t = pq.read_table(f)
+            i = t.schema.get_field_index("bill_billing_period_start_date")
+            shifted = pa.array([v.replace(hour=7) for v in t.column(i).to_pylist()], t.schema.field(i).type)
+            pq.write_table(t.set_column(i, "bill_billing_period_start_date", shifted), f)
+        report = store.ingest([folder])
+        assert report.replaced_rows == 12
+        assert store.con.execute("SELECT count(*) FROM line_items").fetchone() == (12,)
+        assert store.summary()["period"].to_list() == ["2026-10"]
