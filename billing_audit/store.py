@@ -25,8 +25,8 @@ from billing_audit.deliveries import Delivery, group
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
     MappedFile,
-    diagnose,
     detect,
+    diagnose,
     explain_duckdb_error,
     file_kind,
     install_macros,

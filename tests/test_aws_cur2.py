@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import FIXTURES, Case, source_total
 
 import billing_audit
 from billing_audit.deliveries import group
 from billing_audit.errors import InputError
 from connectors.aws_cur2 import Cur2Manifest
+from support import FIXTURES, Case, source_total
 
 CUR2 = FIXTURES / "aws" / "cur2"
 CREATE_NEW = FIXTURES / "aws" / "cur2-create-new"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from support import FIXTURES, Case, dump_line_items, source_total
 
 import billing_audit
 from billing_audit.reader import detect, file_kind, install_macros, probe_columns
 from connectors.azure import AzureCostDetails, CostExportManifest
+from support import FIXTURES, Case, dump_line_items, source_total
 
 AZ = FIXTURES / "azure"
 SNAP = AZ / "snapshots/costexports/ea/20261001-20261031/gpu-ea-daily"

@@ -8,10 +8,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
 
 import billing_audit
 from billing_audit.reader import detect
+from support import FIXTURES
 
 AWS = FIXTURES / "focus/aws-focus-1.2"
 AZURE = FIXTURES / "focus/azure-focus-1.2"

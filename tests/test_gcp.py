@@ -14,10 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import FIXTURES, Case, source_total
 
 import billing_audit
 from billing_audit.errors import InputError
+from support import FIXTURES, Case, source_total
 
 STANDARD = FIXTURES / "gcp" / "standard-ndjson"
 RESOURCE = FIXTURES / "gcp" / "resource-parquet"
