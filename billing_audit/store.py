@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -150,8 +151,10 @@ class Store:
     # -- queries ----------------------------------------------------------------
     def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run a query and return a polars DataFrame (DECIMAL stays Decimal)."""
-        # a fresh cursor: an earlier execute() may still hold an open result
-        table = self.con.cursor().sql(query, params=params or None).to_arrow_table()
+        # execute() (not sql()): it supersedes any unfinished result and sees this connection's temp tables
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "extra copy": results here are small
+            table = self.con.execute(query, params or []).to_arrow_table()
         out = pl.from_arrow(table)
         assert isinstance(out, pl.DataFrame)
         return out

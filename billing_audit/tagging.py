@@ -41,7 +41,8 @@ LINE_CATEGORY_VIEW = (
     "CREATE OR REPLACE VIEW line_categories AS "
     "SELECT x_LineItemId, arg_min(category, array_position("
     + "[" + ", ".join(f"'{c}'" for c in CATEGORIES) + "], category)) AS category, "
-    "list(DISTINCT rule_id ORDER BY rule_id) AS rule_ids FROM rule_hits GROUP BY x_LineItemId"
+    "list(DISTINCT rule_id ORDER BY rule_id) AS rule_ids, list(DISTINCT category ORDER BY category) AS categories "
+    "FROM rule_hits GROUP BY x_LineItemId"
 )
 
 DEFAULT_CHECKPOINT = {

@@ -1,0 +1,120 @@
+"""billing-audit.toml: attribution keys, estimates and budgets.  Every key is optional.
+
+>>> from billing_audit.config import load_config
+>>> cfg = load_config(None)          # defaults, or ./billing-audit.toml when present
+>>> cfg.estimates.restart_minutes
+5.0
+"""
+
+from __future__ import annotations
+
+import csv
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from billing_audit.errors import BillingAuditError
+
+DEFAULT_FILE = "billing-audit.toml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class Attribution(_Strict):
+    job_tag_keys: list[str] = Field(default_factory=lambda: ["training-job", "training_job", "job", "job-id", "job_id"])
+    team_tag_keys: list[str] = Field(default_factory=lambda: ["team", "cost-center", "costcenter", "owner"])
+    checkpoint_tag_keys: list[str] = Field(default_factory=lambda: ["purpose", "role"])
+    checkpoint_tag_values: list[str] = Field(default_factory=lambda: ["checkpoint", "checkpoints", "ckpt"])
+    checkpoint_resources: list[str] = Field(default_factory=list)
+    resource_map: str | None = None
+    account_teams: dict[str, str] = Field(default_factory=dict)
+
+
+class JobEstimate(_Strict):
+    checkpoint_interval_minutes: float | None = Field(default=None, gt=0)
+    restart_minutes: float | None = Field(default=None, ge=0)
+
+
+class Estimates(_Strict):
+    enabled: bool = True
+    checkpoint_interval_minutes: float = Field(default=30, gt=0)
+    restart_minutes: float = Field(default=5, ge=0)
+    jobs: dict[str, JobEstimate] = Field(default_factory=dict)
+
+
+class Budgets(_Strict):
+    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)
+    max_savings_erosion_pct: float | None = Field(default=None, ge=0)
+
+
+class Config(_Strict):
+    attribution: Attribution = Field(default_factory=Attribution)
+    estimates: Estimates = Field(default_factory=Estimates)
+    budgets: Budgets = Field(default_factory=Budgets)
+    source: str | None = None  # the file it came from
+    resource_rows: list[dict[str, str]] = Field(default_factory=list)  # the resource map, read
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        a = self.attribution
+        return {"tag_keys": a.checkpoint_tag_keys, "tag_values": a.checkpoint_tag_values,
+                "resources": a.checkpoint_resources}
+
+    def job_minutes(self, job: str) -> tuple[float, float]:
+        """(checkpoint interval, restart minutes) for a job, with its overrides."""
+        o = self.estimates.jobs.get(job)
+        interval = o.checkpoint_interval_minutes if o and o.checkpoint_interval_minutes else None
+        restart = o.restart_minutes if o and o.restart_minutes is not None else None
+        return (interval or self.estimates.checkpoint_interval_minutes,
+                self.estimates.restart_minutes if restart is None else restart)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read the config: ``path``, else ./billing-audit.toml if it exists, else defaults."""
+    explicit = path is not None
+    file = Path(path) if path is not None else Path(DEFAULT_FILE)
+    if not file.exists():
+        if explicit:
+            raise BillingAuditError(f"{file}: config file not found")
+        return Config()
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise BillingAuditError(f"{file}: not a valid TOML file: {e}") from None
+    for reserved in ("source", "resource_rows"):
+        if reserved in raw:
+            raise BillingAuditError(f"{file}: unknown key {reserved!r}")
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise BillingAuditError(f"{file}: unknown key {key!r}") from None
+        raise BillingAuditError(f"{file}: key {key!r}: {err['msg']} (got {err.get('input')!r})") from None
+    cfg.source = str(file)
+    if cfg.attribution.resource_map:
+        cfg.resource_rows = read_resource_map(file.parent / cfg.attribution.resource_map)
+    return cfg
+
+
+def read_resource_map(path: Path) -> list[dict[str, str]]:
+    """CSV with columns resource (an id, or a name pattern with * and ?), job, team."""
+    if not path.exists():
+        raise BillingAuditError(f"key 'attribution.resource_map': file {path} not found")
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        cols = {c.strip().lower() for c in reader.fieldnames or []}
+        if "resource" not in cols or not ({"job", "team"} & cols):
+            raise BillingAuditError(f"{path}: the resource map needs a 'resource' column and 'job' and/or 'team'")
+        rows = []
+        for i, row in enumerate(reader, start=2):
+            r = {k.strip().lower(): (v or "").strip() for k, v in row.items() if k}
+            if not r.get("resource"):
+                raise BillingAuditError(f"{path}, line {i}: empty 'resource'")
+            rows.append({"resource": r["resource"], "job": r.get("job", ""), "team": r.get("team", "")})
+    return rows

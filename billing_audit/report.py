@@ -1,0 +1,441 @@
+"""Attribute the hidden interruption overhead to training jobs and teams.
+
+The store does the per-line work in SQL (attribution, categories, sums); polars
+holds the small per-job, per-team and per-day results and shapes the outputs.
+Nothing here re-reads exports.
+
+Definitions (the README repeats them):
+
+- A line's cost is counted once, under its precedence category (``line_categories``).
+- ``interruptions``: restart-fee quantity where the fee's unit counts restarts (else
+  one per fee line); else lines that signal an interruption; else inferred from spot
+  resource churn; ``interruptions_source`` says which.
+- The job's spot hourly cost is spot compute cost / spot hours, where spot hours sum,
+  over each distinct charge period of the job's spot lines, the largest usage in hours
+  of a line in that period (capped at the period's length).
+- ``recompute_cost_estimate`` = interruptions x checkpoint interval / 2 x hourly cost;
+  ``restart_idle_cost_estimate`` = interruptions x restart minutes x hourly cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from billing_audit.config import Config
+from billing_audit.errors import BillingAuditError
+from billing_audit.store import PERIOD, Store
+
+UNATTRIBUTED = "(unattributed)"
+COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
+
+MONEY_FIELDS = [
+    "spot_compute_cost",
+    "on_demand_equivalent_cost",
+    "gross_spot_savings",
+    "restart_fees",
+    "other_compute_charges",
+    "storage_reread_cost",
+    "checkpoint_egress_cost",
+    "recompute_cost_estimate",
+    "restart_idle_cost_estimate",
+    "hidden_overhead_total",
+    "net_spot_savings",
+]
+JOB_FIELDS = [
+    "job", "team", "provider", "currency", "interruptions", "interruptions_source",
+    *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
+]
+JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost"]
+COUNTABLE_UNIT = r"restart|interrupt|eviction|preemption|count|each|event|occurrence|^1$|^$"
+HOUR_UNITS = r"^(hrs?|hours?|1 hours?|100 hours|h|hour)$"
+
+
+@dataclass
+class Report:
+    period: str
+    cost_basis: str
+    jobs: pl.DataFrame
+    teams: pl.DataFrame
+    daily: pl.DataFrame
+    totals: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    rules_fired: pl.DataFrame | None = None
+    files: pl.DataFrame | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape: money rounded to 4 decimals, as numbers."""
+        return {
+            "period": self.period,
+            "cost_basis": self.cost_basis,
+            "jobs": _records(self.jobs),
+            "teams": _records(self.teams),
+            "daily": _records(self.daily),
+            "totals": _records(self.totals),
+        }
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return float(v.quantize(Decimal("0.0001"), rounding=ROUND_HALF_EVEN))
+    if isinstance(v, float):
+        return round(v, 4)
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return v
+
+
+def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _round(v) for k, v in row.items()} for row in df.iter_rows(named=True)]
+
+
+def _like(pattern: str) -> str:
+    """A resource-map pattern (* and ?) as a LIKE pattern with \\ escapes."""
+    out = []
+    for ch in pattern:
+        if ch in "%_\\":
+            out.append("\\" + ch)
+        elif ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str) -> None:
+    """ba_lines: one row per line item with its job, team, category and cost."""
+    a = cfg.attribution
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_map (pos INTEGER, pattern VARCHAR, job VARCHAR, team VARCHAR)")
+    if cfg.resource_rows:
+        con.executemany(
+            "INSERT INTO ba_map VALUES (?, ?, ?, ?)",
+            [[i, _like(r["resource"]), r["job"].strip().lower() or None, r["team"].strip().lower() or None]
+             for i, r in enumerate(cfg.resource_rows)],
+        )
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_accounts (account VARCHAR, team VARCHAR)")
+    if a.account_teams:
+        con.executemany("INSERT INTO ba_accounts VALUES (?, ?)",
+                        [[k, v.strip().lower()] for k, v in a.account_teams.items()])
+    cost = COST_BASES[basis]
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE ba_lines AS
+        WITH base AS (
+          SELECT l.x_LineItemId, l.x_Provider AS provider, coalesce(l.BillingCurrency, '?') AS currency,
+                 strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') AS period,
+                 CAST(l.ChargePeriodStart AS DATE) AS day, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
+                 l.ResourceId, l.ResourceName, l.SubAccountId, l.BillingAccountId,
+                 coalesce(l."{cost}", 0) AS cost, coalesce(l.ListCost, 0) AS list_cost,
+                 l.ConsumedQuantity, l.ConsumedUnit, l.PricingQuantity, l.PricingUnit,
+                 lower(trim(list_filter(list_transform($job_keys, lambda k: l.Tags[k]),
+                                        lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_job,
+                 lower(trim(list_filter(list_transform($team_keys, lambda k: l.Tags[k]),
+                                        lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_team,
+                 c.category, coalesce(c.categories, []) AS categories
+          FROM line_items l LEFT JOIN line_categories c USING (x_LineItemId)
+          WHERE $period IS NULL OR strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period
+        ),
+        res AS (  -- a resource's own tags, wherever its lines carry them
+          SELECT provider, ResourceId, mode(tag_job) AS r_job, mode(tag_team) AS r_team
+          FROM base WHERE ResourceId IS NOT NULL GROUP BY ALL
+        ),
+        names AS (SELECT DISTINCT ResourceId, ResourceName FROM base WHERE ResourceId IS NOT NULL OR ResourceName IS NOT NULL),
+        mapped AS (
+          SELECT n.ResourceId, n.ResourceName, arg_min(m.job, m.pos) AS m_job, arg_min(m.team, m.pos) AS m_team
+          FROM names n JOIN ba_map m
+            ON n.ResourceId LIKE m.pattern ESCAPE '\\' OR n.ResourceName LIKE m.pattern ESCAPE '\\'
+          GROUP BY ALL
+        ),
+        attributed AS (
+          SELECT b.*, coalesce(b.tag_job, r.r_job, mp.m_job) AS line_job,
+                 coalesce(b.tag_team, r.r_team, mp.m_team, acc1.team, acc2.team) AS line_team
+          FROM base b
+          LEFT JOIN res r ON r.provider = b.provider AND r.ResourceId = b.ResourceId
+          LEFT JOIN mapped mp ON mp.ResourceId IS NOT DISTINCT FROM b.ResourceId
+                             AND mp.ResourceName IS NOT DISTINCT FROM b.ResourceName
+          LEFT JOIN ba_accounts acc1 ON acc1.account = b.SubAccountId
+          LEFT JOIN ba_accounts acc2 ON acc2.account = b.BillingAccountId
+        ),
+        job_team AS (SELECT line_job, mode(line_team) AS team FROM attributed WHERE line_job IS NOT NULL GROUP BY 1)
+        SELECT a.*, coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
+               coalesce(CASE WHEN a.line_job IS NOT NULL THEN jt.team END, a.line_team, '{UNATTRIBUTED}') AS team
+        FROM attributed a LEFT JOIN job_team jt ON jt.line_job = a.line_job
+        """,
+        {"job_keys": [k.lower() for k in a.job_tag_keys] or [""],
+         "team_keys": [k.lower() for k in a.team_tag_keys] or [""],
+         "period": period},
+    )
+
+
+JOB_SQL = f"""
+WITH spot AS (
+  SELECT job, team, provider, currency, cps, cpe,
+         least(epoch(cpe - cps) / 3600.0,
+               CASE WHEN regexp_matches(lower(coalesce(PricingUnit, '')), '{HOUR_UNITS}') THEN CAST(PricingQuantity AS DOUBLE)
+                    WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{HOUR_UNITS}') THEN CAST(ConsumedQuantity AS DOUBLE)
+                    ELSE epoch(cpe - cps) / 3600.0 END) AS hours
+  FROM ba_lines WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL
+),
+spot_hours AS (
+  SELECT job, team, provider, currency, sum(h) AS spot_hours
+  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM spot GROUP BY ALL) GROUP BY ALL
+),
+res AS (  -- each spot resource's run: when it started and stopped
+  SELECT job, team, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
+  FROM ba_lines WHERE category = 'spot_compute' AND ResourceId IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
+),
+churn AS (  -- a resource that stopped while the job ran on, and another that took over
+  SELECT a.job, a.team, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n
+  FROM res a
+  WHERE a.e < (SELECT max(z.e) FROM res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
+    AND EXISTS (SELECT 1 FROM res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
+                AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
+  GROUP BY ALL
+),
+agg AS (
+  SELECT job, team, provider, currency, count(*) AS lines, sum(cost) AS total_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
+    coalesce(sum(list_cost) FILTER (WHERE category = 'spot_compute'), 0) AS on_demand_equivalent_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
+    coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS storage_reread_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
+    sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
+             THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fee_count,
+    count(*) FILTER (WHERE list_contains(categories, 'interruption_signal')) AS signal_count,
+    count(*) FILTER (WHERE category = 'spot_compute' AND list_cost > cost) AS priced_spot_lines
+  FROM ba_lines GROUP BY ALL
+)
+SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
+       coalesce((SELECT sum(n) FROM churn c WHERE c.job = agg.job AND c.team = agg.team AND c.provider = agg.provider
+                 AND c.currency = agg.currency), 0) AS churn_count
+FROM agg LEFT JOIN spot_hours sh USING (job, team, provider, currency)
+"""
+
+
+def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
+    if row["fee_count"]:
+        return Decimal(row["fee_count"]), "fee_lines"
+    if row["signal_count"]:
+        return Decimal(row["signal_count"]), "signals"
+    if row["churn_count"]:
+        return Decimal(row["churn_count"]), "inferred"
+    return Decimal(0), "none"
+
+
+def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
+    b = cfg.budgets
+    spot, od, overhead = row["spot_compute_cost"], row["on_demand_equivalent_cost"], row["hidden_overhead_total"]
+    cur = row["currency"]
+    switch: list[str] = []
+    review: list[str] = []
+    if spot == 0:
+        if overhead > 0:
+            return "review", [f"no spot compute is attributed here, but {overhead:.2f} {cur} of interruption overhead is"]
+        return "keep_spot", ["no spot compute and no interruption overhead"]
+    if row["priced_spot_lines"] == 0:
+        # e.g. Azure: the export prices spot meters at the spot rate, so the on-demand equivalent is unknown
+        review.append("the export carries no on-demand price for this spot usage (list cost equals spot cost), "
+                      "so spot savings cannot be measured")
+    elif spot + overhead >= od:
+        switch.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is at least the on-demand "
+                      f"equivalent ({od:.2f} {cur})")
+    elif spot + overhead >= od * Decimal("0.8"):
+        review.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is within 20% of the on-demand "
+                      f"equivalent ({od:.2f} {cur})")
+    pct = row["savings_eroded_pct"]
+    if b.max_savings_erosion_pct is not None and pct is not None:
+        if pct > b.max_savings_erosion_pct:
+            switch.append(f"overhead erodes {pct:.1f}% of spot savings (budget {b.max_savings_erosion_pct:g}%)")
+        elif pct >= 0.8 * b.max_savings_erosion_pct:
+            review.append(f"overhead erodes {pct:.1f}% of spot savings, near the {b.max_savings_erosion_pct:g}% budget")
+    fees = row["restart_fees"]
+    if b.interruption_fees_per_job is not None and row["job"] != UNATTRIBUTED:
+        if fees > b.interruption_fees_per_job:
+            switch.append(f"restart fees {fees:.2f} {cur} exceed the budget of {b.interruption_fees_per_job:.2f} per job")
+        elif fees >= b.interruption_fees_per_job * Decimal("0.8"):
+            review.append(f"restart fees {fees:.2f} {cur} are near the budget of {b.interruption_fees_per_job:.2f} per job")
+    if switch:
+        return "switch_to_on_demand", switch + review
+    if review:
+        return "review", review
+    saved = row["net_spot_savings"]
+    return "keep_spot", [f"spot still saves {saved:.2f} {cur} after {overhead:.2f} {cur} of overhead"]
+
+
+def _money(x: Decimal) -> Decimal:
+    return x.quantize(Decimal("0.000000000001"))
+
+
+def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective") -> Report:
+    """The per-job, per-team, per-day and total interruption overhead."""
+    if cost_basis not in COST_BASES:
+        raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
+    con = store.con
+    if not store._has_table("rule_hits"):
+        raise BillingAuditError("the store has not been tagged yet: run `billing-audit tag` (or `billing-audit audit`)")
+    from billing_audit.tagging import LINE_CATEGORY_VIEW
+
+    con.execute(LINE_CATEGORY_VIEW)
+    warnings = _staleness(con)
+    _prepare(con, cfg, period, cost_basis)
+    rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
+            for cur in [con.execute(JOB_SQL)] for r in cur.fetchall()]
+    jobs = []
+    for row in rows:
+        interruptions, source = _interruptions(row)
+        hours = Decimal(str(round(row["spot_hours"], 6)))
+        rate = _money(row["spot_compute_cost"] / hours) if hours > 0 else Decimal(0)
+        interval, restart = cfg.job_minutes(row["job"])
+        est = cfg.estimates.enabled and row["job"] != UNATTRIBUTED
+        recompute = _money(interruptions * Decimal(str(interval)) / 2 / 60 * rate) if est else None
+        idle = _money(interruptions * Decimal(str(restart)) / 60 * rate) if est else None
+        gross = row["on_demand_equivalent_cost"] - row["spot_compute_cost"]
+        overhead = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
+                    + row["checkpoint_egress_cost"] + (recompute or 0) + (idle or 0))
+        out = {
+            "job": row["job"], "team": row["team"], "provider": row["provider"], "currency": row["currency"],
+            "interruptions": interruptions, "interruptions_source": source,
+            "spot_compute_cost": row["spot_compute_cost"],
+            "on_demand_equivalent_cost": row["on_demand_equivalent_cost"],
+            "gross_spot_savings": gross,
+            "restart_fees": row["restart_fees"], "other_compute_charges": row["other_compute_charges"],
+            "storage_reread_cost": row["storage_reread_cost"], "checkpoint_egress_cost": row["checkpoint_egress_cost"],
+            "recompute_cost_estimate": recompute, "restart_idle_cost_estimate": idle,
+            "hidden_overhead_total": overhead, "net_spot_savings": gross - overhead,
+            "savings_eroded_pct": float(overhead / gross * 100) if gross > 0 else None,
+            "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": float(hours), "spot_hourly_cost": rate,
+            "priced_spot_lines": row["priced_spot_lines"],
+        }
+        out["recommendation"], out["reasons"] = _recommend(out, cfg)
+        jobs.append(out)
+    jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
+        ["hidden_overhead_total", "job", "currency"], descending=[True, False, False], nulls_last=True
+    )
+    return Report(
+        period=period or "all",
+        cost_basis=cost_basis,
+        jobs=jobs_df,
+        teams=_teams(jobs_df),
+        daily=_daily(con, jobs_df),
+        totals=_totals(con, jobs_df),
+        warnings=warnings,
+        rules_fired=store.sql(
+            "SELECT h.rule_id, h.category, count(*) AS lines FROM rule_hits h "
+            "JOIN ba_lines b USING (x_LineItemId) GROUP BY ALL ORDER BY rule_id"
+        ),
+        files=store.sql(
+            "SELECT file, format, provider, periods, rows, status FROM ingest_log ORDER BY ingest_id, file"
+        ),
+    )
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
+    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost"}
+    schema: dict[str, Any] = {}
+    for c in columns:
+        if c in money:
+            schema[c] = pl.Decimal(38, 12)
+        elif c == "interruptions":
+            schema[c] = pl.Decimal(38, 12)
+        elif c in ("savings_eroded_pct", "spot_hours"):
+            schema[c] = pl.Float64
+        elif c == "lines":
+            schema[c] = pl.Int64
+        elif c == "reasons":
+            schema[c] = pl.List(pl.String)
+        else:
+            schema[c] = pl.String
+    return pl.DataFrame([{c: r.get(c) for c in columns} for r in rows], schema=schema, orient="row")
+
+
+TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
+
+
+def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
+    df = jobs.group_by(["team", "currency"]).agg(
+        [pl.col(c).sum() for c in TEAM_SUMS] + [pl.col("job").n_unique().alias("jobs")]
+    )
+    df = df.with_columns(
+        pl.when(pl.col("gross_spot_savings") > 0)
+        .then(pl.col("hidden_overhead_total").cast(pl.Float64) / pl.col("gross_spot_savings").cast(pl.Float64) * 100)
+        .otherwise(None)
+        .alias("savings_eroded_pct")
+    )
+    return df.sort(["hidden_overhead_total", "team", "currency"], descending=[True, False, False])
+
+
+def _totals(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
+    df = jobs.group_by("currency").agg(
+        [pl.col(c).sum() for c in TEAM_SUMS]
+        + [pl.col("lines").sum(),
+           pl.col("total_cost").filter(pl.col("job") == UNATTRIBUTED).sum().alias("unattributed_cost")]
+    )
+    return df.sort("currency")
+
+
+def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
+    """Per job and day: interruptions (from the job's source) and overhead; spikes over 3x the median day."""
+    rows = con.execute(
+        f"""
+        WITH d AS (
+          SELECT job, provider, currency, day,
+            sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
+                     THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fees,
+            count(*) FILTER (WHERE list_contains(categories, 'interruption_signal')) AS signals,
+            coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
+                                                          'checkpoint_egress')), 0) AS overhead,
+            bool_or(category = 'spot_compute') AS ran
+          FROM ba_lines WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
+        ),
+        res AS (
+          SELECT job, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
+          FROM ba_lines WHERE category = 'spot_compute' AND ResourceId IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
+        ),
+        churn AS (
+          SELECT a.job, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n FROM res a
+          WHERE a.e < (SELECT max(z.e) FROM res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
+            AND EXISTS (SELECT 1 FROM res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
+                        AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
+          GROUP BY ALL
+        )
+        SELECT d.*, coalesce(c.n, 0) AS churn FROM d LEFT JOIN churn c USING (job, provider, currency, day)
+        ORDER BY job, provider, currency, day
+        """
+    ).fetchall()
+    source = {(r["job"], r["provider"], r["currency"]): r["interruptions_source"] for r in jobs.iter_rows(named=True)}
+    out: list[dict[str, Any]] = []
+    for job, provider, currency, day, fees, signals, overhead, ran, churn in rows:
+        src = source.get((job, provider, currency), "none")
+        n = {"fee_lines": fees or 0, "signals": signals, "inferred": churn}.get(src, 0)
+        out.append({"job": job, "provider": provider, "currency": currency, "day": day,
+                    "interruptions": Decimal(n), "overhead": overhead, "ran": bool(ran)})
+    df = pl.DataFrame(out, schema={"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
+                                   "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
+                                   "ran": pl.Boolean}, orient="row")
+    if df.is_empty():
+        return df.drop("ran").with_columns(pl.lit(False).alias("spike"))
+    median = (df.filter(pl.col("ran") | (pl.col("interruptions") > 0))
+              .group_by(["job", "provider", "currency"])
+              .agg(pl.col("interruptions").cast(pl.Float64).median().alias("median")))
+    df = df.join(median, on=["job", "provider", "currency"], how="left")
+    df = df.with_columns(
+        (pl.col("interruptions").cast(pl.Float64) > 3 * pl.max_horizontal(pl.col("median").fill_null(0), pl.lit(1.0)))
+        .alias("spike")
+    )
+    return df.drop(["ran", "median"])
+
+
+def _staleness(con: duckdb.DuckDBPyConnection) -> list[str]:
+    row = con.execute(
+        "SELECT (SELECT max(started_at) FROM tag_runs), (SELECT max(ingested_at) FROM deliveries WHERE status = 'current')"
+    ).fetchone()
+    if row and row[0] and row[1] and row[1] > row[0]:
+        return ["exports were ingested after the last tag run: run `billing-audit tag` for current findings"]
+    return []
