@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from billing_audit.store import DEFAULT_DB, IngestReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 220)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -176,27 +177,6 @@ def summary(db: str, fmt: str) -> None:
         _print_frame(store.summary(), "line items in the store", fmt)
 
 
-@main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
-@db_option
-@format_option
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-@handle_errors
-def audit(paths: tuple[str, ...], db: str, fmt: str, quiet: bool) -> None:
-    """Ingest the exports under PATHS, then report on the store.
-
-    \b
-    Example:
-      billing-audit audit fixtures/ --db demo.duckdb
-    """
-    report = _run_ingest(db, paths, quiet)
-    _print_ingest(report, quiet)
-    with billing_audit.open(db) as store:
-        _print_frame(store.summary(), "line items in the store", fmt)
-    if report.failed:
-        sys.exit(2)
-
-
 def rules_option(f: F) -> F:
     return click.option(
         "--rules",
@@ -235,10 +215,12 @@ def _typed_params(rules: list[Any], raw: dict[str, str]) -> dict[str, Any]:
 @click.option("--select", "select", multiple=True, help="Run only rules with this id, name or category; repeatable.")
 @click.option("--exclude", "exclude", multiple=True, help="Skip rules with this id, name or category; repeatable.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Set a rule parameter; repeatable.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Config file (checkpoint tags and storage); default ./billing-audit.toml when present.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
 @handle_errors
 def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
-        params: tuple[str, ...], quiet: bool) -> None:
+        params: tuple[str, ...], config_path: str | None, quiet: bool) -> None:
     """Run the rules over the store and record what they match in rule_hits.
 
     Re-tagging replaces the earlier hits of the rules that run: never duplicates.
@@ -256,8 +238,11 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
     ruleset = load_rules([Path(d) for d in rule_dirs])
     chosen = ruleset.select(list(select), list(exclude))
     typed = _typed_params(chosen, _parse_params(params))
+    from billing_audit.config import load_config
+
+    cfg = load_config(config_path)
     with billing_audit.open(db) as store:
-        result = store.tag(chosen, typed)
+        result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
     if quiet:
         return
     table = Table(title=f"tag run {result.run_id}")
@@ -386,6 +371,187 @@ def explain(line_item_id: str, db: str) -> None:
         click.echo("no rule matched this line (run `billing-audit tag` after ingesting)")
     for h in hits:
         click.echo(f"  matched {h['rule_id']} [{h['category']}]: {h['reason']}")
+
+
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False),
+    help="Config file (default: ./billing-audit.toml when present).",
+)
+period_option = click.option("--period", metavar="YYYY-MM", help="Only this billing month.")
+basis_option = click.option(
+    "--cost-basis", type=click.Choice(["effective", "billed", "list"]), default="effective", show_default=True,
+    help="Which cost the money columns use (the on-demand equivalent is always list cost).",
+)
+
+
+def _check_period(period: str | None) -> None:
+    import re
+
+    if period is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", period):
+        raise BillingAuditError(f"--period {period!r}: expected YYYY-MM, e.g. 2026-10")
+
+
+def _build(db: str, config_path: str | None, period: str | None, basis: str) -> Any:
+    from billing_audit.config import load_config
+    from billing_audit.report import build_report
+
+    _check_period(period)
+    cfg = load_config(config_path)
+    with billing_audit.open(db) as store:
+        return build_report(store, cfg, period, basis)
+
+
+def _emit_report(report: Any, fmt: str, out_file: str | None) -> None:
+    from billing_audit import outputs
+
+    if fmt == "table" and out_file is None:
+        for w in report.warnings:
+            err.print(f"warning: {w}", markup=False)
+        out.print(outputs.rich_table(report))
+        out.print(outputs.rich_totals(report))
+        return
+    if fmt == "json":
+        text = outputs.report_json(report)
+    elif fmt == "csv":
+        text = outputs.csv_text(report.jobs.drop("reasons").with_columns(
+            report.jobs["reasons"].list.join("; ").alias("reasons")))
+    elif fmt == "markdown":
+        text = outputs.markdown(report)
+    elif fmt == "html":
+        from billing_audit.html import render_html
+
+        text = render_html(report)
+    else:  # table into a file
+        from rich.console import Console as _C
+
+        buf = _C(record=True, width=200, file=open(os.devnull, "w"))  # noqa: SIM115
+        buf.print(outputs.rich_table(report))
+        buf.print(outputs.rich_totals(report))
+        text = buf.export_text()
+    if out_file:
+        from pathlib import Path
+
+        Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_file).write_text(text, encoding="utf-8")
+        err.print(f"wrote {out_file}", markup=False)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@db_option
+@config_option
+@period_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown", "html"]), default="table",
+              show_default=True)
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@basis_option
+@handle_errors
+def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str) -> None:
+    """Interruption overhead per training job and team, biggest overhead first.
+
+    Reads the store and the rule hits (run `billing-audit tag` first).
+
+    \b
+    Examples:
+      billing-audit report --period 2026-10
+      billing-audit report --format json --out report.json
+      billing-audit report --format html --out report.html --cost-basis billed
+    """
+    _emit_report(_build(db, config_path, period, cost_basis), fmt, out_file)
+
+
+@main.command()
+@db_option
+@config_option
+@period_option
+@click.option("--by", type=click.Choice(["team", "job"]), default="team", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "json"]), default="csv", show_default=True)
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="File to write.")
+@basis_option
+@handle_errors
+def export(db: str, config_path: str | None, period: str | None, by: str, fmt: str, out_file: str,
+           cost_basis: str) -> None:
+    """The finance file: per-team (or per-job) interruption surcharges.
+
+    One row per billing period x team (or job) x currency with every component and
+    the total.  CSV is plain RFC 4180; text cells that start with = + - @ are
+    prefixed with ' so a tag value cannot become a spreadsheet formula.
+
+    \b
+    Examples:
+      billing-audit export --by team --format csv --out surcharges-2026-10.csv --period 2026-10
+      billing-audit export --by job --format parquet --out jobs.parquet
+    """
+    from pathlib import Path
+
+    from billing_audit import outputs
+    from billing_audit.config import load_config
+    from billing_audit.report import build_report, store_periods
+
+    _check_period(period)
+    cfg = load_config(config_path)
+    with billing_audit.open(db) as store:
+        periods = [period] if period else store_periods(store)
+        reports = [build_report(store, cfg, p, cost_basis) for p in periods]
+    df = outputs.export_frame(reports, by)
+    outputs.write_export(df, fmt, Path(out_file))
+    err.print(f"wrote {out_file} ({df.height} rows)", markup=False)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@config_option
+@period_option
+@click.option("--out", "out_dir", default="audit-report", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for report.html, report.json, jobs.csv and teams.csv.")
+@basis_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or table.")
+@handle_errors
+def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
+          cost_basis: str, quiet: bool) -> None:
+    """The monthly audit in one command: ingest PATHS, tag, report.
+
+    Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
+    the job table.  Exits 2 if a file failed to ingest (the rest is still audited).
+
+    \b
+    Examples:
+      billing-audit audit fixtures/ --db demo.duckdb --out demo-report
+      billing-audit audit exports/2026-10/ --period 2026-10 --config billing-audit.toml
+    """
+    from pathlib import Path
+
+    from billing_audit import outputs
+    from billing_audit.config import load_config
+    from billing_audit.html import render_html
+    from billing_audit.report import build_report
+
+    _check_period(period)
+    cfg = load_config(config_path)
+    ingest_report = _run_ingest(db, paths, quiet)
+    _print_ingest(ingest_report, quiet)
+    with billing_audit.open(db) as store:
+        store.tag(checkpoint=cfg.checkpoint_settings())
+        rep = build_report(store, cfg, period, cost_basis)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
+    (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
+    jobs = rep.jobs.with_columns(rep.jobs["reasons"].list.join("; ").alias("reasons"))
+    with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
+        outputs.write_csv(jobs, f)
+    with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
+        outputs.write_csv(rep.teams, f)
+    if not quiet:
+        for w in rep.warnings:
+            err.print(f"warning: {w}", markup=False)
+        out.print(outputs.rich_table(rep))
+        out.print(outputs.rich_totals(rep))
+    err.print(f"wrote {folder}/report.html, report.json, jobs.csv, teams.csv", markup=False)
+    if ingest_report.failed:
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -432,6 +432,12 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
     return df.drop(["ran", "median"])
 
 
+def store_periods(store: Store) -> list[str]:
+    """Billing months present in the store, oldest first."""
+    rows = store.con.execute(f"SELECT DISTINCT strftime({PERIOD}, '%Y-%m') AS p FROM line_items ORDER BY p").fetchall()
+    return [r[0] for r in rows if r[0]]
+
+
 def _staleness(con: duckdb.DuckDBPyConnection) -> list[str]:
     row = con.execute(
         "SELECT (SELECT max(started_at) FROM tag_runs), (SELECT max(ingested_at) FROM deliveries WHERE status = 'current')"

@@ -364,6 +364,15 @@ class Store:
         from billing_audit.tagging import run_rules, sandbox
 
         chosen = list(rules) if rules is not None else load_rules().rules
+        merged: dict[str, Any] = {}
+        if checkpoint:  # the config's checkpoint keys feed the rules that take them, unless set explicitly
+            declared = {p for r in chosen for p in r.meta.params}
+            for key in ("tag_keys", "tag_values"):
+                name = f"checkpoint_{key}"
+                if name in declared and checkpoint.get(key) is not None:
+                    merged[name] = [str(v).lower() for v in checkpoint[key]]
+        merged.update(params or {})
+        params = merged
         self.con.close()
         try:
             box = sandbox(str(self.path))

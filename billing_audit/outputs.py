@@ -1,0 +1,163 @@
+"""Write a Report as JSON, CSV, Markdown or a terminal table, and the finance export."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from billing_audit.report import MONEY_FIELDS, Report
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+TABLE_COLUMNS = [
+    ("job", "job"), ("team", "team"), ("provider", "provider"), ("currency", "cur"),
+    ("interruptions", "interruptions"), ("spot_compute_cost", "spot cost"),
+    ("gross_spot_savings", "gross savings"), ("restart_fees", "restart fees"),
+    ("hidden_overhead_total", "overhead"), ("net_spot_savings", "net savings"),
+    ("savings_eroded_pct", "eroded %"), ("recommendation", "recommendation"),
+]
+MARKDOWN_COLUMNS = [
+    "job", "team", "provider", "currency", "interruptions", "interruptions_source", "spot_compute_cost",
+    "on_demand_equivalent_cost", "gross_spot_savings", "restart_fees", "other_compute_charges", "storage_reread_cost",
+    "checkpoint_egress_cost", "recompute_cost_estimate", "restart_idle_cost_estimate", "hidden_overhead_total",
+    "net_spot_savings", "savings_eroded_pct", "recommendation",
+]
+
+
+def safe_cell(value: Any) -> str:
+    """A CSV cell that cannot become a spreadsheet formula (numbers stay numbers)."""
+    if value is None:
+        return ""
+    if isinstance(value, Decimal):
+        return format(value.quantize(Decimal("0.0001")), "f")
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, (int, bool)):
+        return str(value)
+    if isinstance(value, list):
+        value = "; ".join(str(v) for v in value)
+    text = str(value)
+    if text.startswith(FORMULA_START):
+        return "'" + text
+    return text
+
+
+def write_csv(df: pl.DataFrame, out: io.TextIOBase | Any) -> None:
+    """RFC 4180 CSV (CRLF line ends, quoted as needed), formula-looking text neutralised."""
+    w = csv.writer(out, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+    w.writerow(df.columns)
+    for row in df.iter_rows():
+        w.writerow([safe_cell(v) for v in row])
+
+
+def csv_text(df: pl.DataFrame) -> str:
+    buf = io.StringIO()
+    write_csv(df, buf)
+    return buf.getvalue()
+
+
+def report_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _fmt(v: Any, key: str) -> str:
+    if v is None:
+        return "-"
+    if key == "savings_eroded_pct":
+        return f"{v:.1f}"
+    if key == "interruptions":
+        return f"{v.normalize():f}" if isinstance(v, Decimal) else str(v)
+    if isinstance(v, Decimal):
+        return f"{v:,.2f}"
+    return str(v)
+
+
+def markdown(report: Report) -> str:
+    lines = [f"# Interruption overhead, {report.period} ({report.cost_basis} cost)", ""]
+    for w in report.warnings:
+        lines.append(f"> warning: {w}")
+    lines += ["## Totals", ""]
+    tot_cols = ["currency", "interruptions", "spot_compute_cost", "gross_spot_savings", "hidden_overhead_total",
+                "net_spot_savings", "unattributed_cost", "total_cost"]
+    lines += _md_table(report.totals, tot_cols)
+    lines += ["", "## Jobs", ""]
+    lines += _md_table(report.jobs, MARKDOWN_COLUMNS)
+    lines += ["", "## Teams", ""]
+    lines += _md_table(report.teams, ["team", "currency", "interruptions", *MONEY_FIELDS])
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(df: pl.DataFrame, cols: list[str]) -> list[str]:
+    cols = [c for c in cols if c in df.columns]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.select(cols).iter_rows(named=True):
+        cells = [_fmt(row[c], c).replace("|", "\\|").replace("\n", " ") for c in cols]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def rich_table(report: Report) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"Interruption overhead by job, {report.period} ({report.cost_basis} cost)")
+    for key, title in TABLE_COLUMNS:
+        table.add_column(title, justify="left" if key in ("job", "team", "provider", "currency", "recommendation") else "right")
+    for row in report.jobs.iter_rows(named=True):
+        cells = [_fmt(row[k], k) for k, _ in TABLE_COLUMNS]
+        cells[4] = f"{cells[4]} ({row['interruptions_source']})" if row["interruptions_source"] != "none" else cells[4]
+        table.add_row(*cells)
+    return table
+
+
+def rich_totals(report: Report) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Totals per currency")
+    cols = ["currency", "interruptions", "spot_compute_cost", "gross_spot_savings", "hidden_overhead_total",
+            "net_spot_savings", "unattributed_cost", "total_cost"]
+    for c in cols:
+        table.add_column(c.replace("_", " "), justify="left" if c == "currency" else "right")
+    for row in report.totals.iter_rows(named=True):
+        table.add_row(*[_fmt(row[c], c) for c in cols])
+    return table
+
+
+EXPORT_COMPONENTS = [
+    "interruptions", "restart_fees", "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost",
+    "recompute_cost_estimate", "restart_idle_cost_estimate", "hidden_overhead_total",
+    "spot_compute_cost", "on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings",
+]
+
+
+def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
+    """One row per period x team (or job) x currency with every component and the total."""
+    frames = []
+    for r in reports:
+        if by == "team":
+            df = r.teams.select(["team", "currency", *EXPORT_COMPONENTS])
+        else:
+            df = r.jobs.select(["job", "team", "provider", "currency", *EXPORT_COMPONENTS])
+        frames.append(df.with_columns(pl.lit(r.period).alias("period")))
+    if not frames:
+        return pl.DataFrame()
+    out = pl.concat(frames, how="vertical_relaxed")
+    keys = ["period", "team", "currency"] if by == "team" else ["period", "job", "team", "provider", "currency"]
+    return out.select([*keys, *EXPORT_COMPONENTS]).sort(keys)
+
+
+def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            write_csv(df, f)
+    elif fmt == "parquet":
+        df.write_parquet(path)
+    else:
+        rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
+                for r in df.iter_rows(named=True)]
+        path.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
