@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: demo test lint clean
 demo: $(VENV)/.installed
 	rm -f demo.duckdb
-	$(BIN)/billing-audit audit fixtures/ --db demo.duckdb
+	$(BIN)/billing-audit audit fixtures/ --db demo.duckdb --out demo-report
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
@@ -22,4 +22,4 @@ lint: $(VENV)/.installed
 	$(BIN)/lint-imports
 
 clean:
-	rm -rf $(VENV) demo.duckdb
+	rm -rf $(VENV) demo.duckdb demo-report

@@ -78,12 +78,15 @@ def test_default_store_is_in_the_working_directory(tmp_path: Path) -> None:
     assert "\x1b[" not in proc.stderr + proc.stdout
 
 
-def test_audit_on_the_bundled_fixtures(db: Path) -> None:
-    """The README's demo: every fixture ingests, and the summary shows every provider."""
-    r = CliRunner().invoke(main, ["audit", str(FIXTURES), "--db", str(db), "--format", "csv"])
+def test_audit_on_the_bundled_fixtures(db: Path, tmp_path: Path) -> None:
+    """The README's demo: every fixture ingests, is tagged and reported for every provider."""
+    out = tmp_path / "demo-report"
+    r = CliRunner().invoke(main, ["audit", str(FIXTURES), "--db", str(db), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    providers = {line.split(",")[0] for line in r.output.strip().splitlines()[1:] if "," in line}
-    assert {"aws"} <= providers
+    data = json.loads((out / "report.json").read_text())
+    assert {j["provider"] for j in data["jobs"]} == {"aws", "azure", "gcp"}
+    assert {t["currency"] for t in data["totals"]} == {"USD", "EUR"}
+    assert "resnet-sweep-7" in r.output
 
 
 def test_debug_shows_traceback(db: Path, tmp_path: Path) -> None:
