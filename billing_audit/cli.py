@@ -554,5 +554,90 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
         sys.exit(2)
 
 
+@main.command()
+@click.argument("query")
+@db_option
+@period_option
+@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), help="Only usage on or after this date (YYYY-MM-DD).")
+@click.option("--provider", type=click.Choice(["aws", "azure", "gcp"]), help="Only this provider.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
+@click.option("--lines", "show_lines", is_flag=True, help="List the line items (id, source file and row), not groups.")
+@click.option("--exact", is_flag=True, help="Match the words as typed, without word families.")
+@click.option("--fail-above", type=str, metavar="AMOUNT",
+              help="Exit 1 when the matched total in any currency is above AMOUNT.")
+@click.option("--save-rule", type=click.Path(dir_okay=False), metavar="FILE.sql",
+              help="Write a rule file that tags exactly the lines found.")
+@click.option("--rule-id", help="Id of the saved rule (default: the start of FILE's name, e.g. SR100_x.sql).")
+@click.option("--category", default="custom", show_default=True, help="Category of the saved rule.")
+@handle_errors
+def search(query: str, db: str, period: str | None, since: Any, provider: str | None, fmt: str, limit: int,
+           show_lines: bool, exact: bool, fail_above: str | None, save_rule: str | None, rule_id: str | None,
+           category: str) -> None:
+    """Search the bills for words, e.g. whether you are charged per restart.
+
+    Searches descriptions, usage types, operations, meters, services and resource
+    names, case- and accent-insensitively; every word must match.  Word families
+    make a word mean the same across providers (--exact turns them off):
+    interrupt ~ interruption ~ evict ~ eviction ~ preempt ~ preemption ~ preemptible ~ reclaim;
+    restart ~ recovery ~ relaunch ~ resume ~ "preemption overhead";
+    spot ~ preemptible ~ low priority.
+
+    \b
+    Examples:
+      billing-audit search "spot restart"
+      billing-audit search interrupt --provider azure --period 2026-10 --format json
+      billing-audit search "spot restart" --fail-above 10 --format json   # daily automation
+      billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
+    """
+    import json
+    import re
+    from decimal import Decimal, InvalidOperation
+    from pathlib import Path
+
+    from billing_audit import outputs
+    from billing_audit.search import rule_text
+    from billing_audit.search import search as run_search
+
+    _check_period(period)
+    threshold = None
+    if fail_above is not None:
+        try:
+            threshold = Decimal(fail_above)
+        except InvalidOperation:
+            raise BillingAuditError(f"--fail-above {fail_above!r}: expected an amount such as 10 or 12.50") from None
+    with billing_audit.open(db) as store:
+        result = run_search(store, query, exact=exact, period=period, since=since.date() if since else None,
+                            provider=provider, limit=None if save_rule else limit, lines=show_lines)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    elif fmt == "csv":
+        df = result.lines if show_lines and result.lines is not None else result.groups
+        df = df.with_columns(df["accounts"].list.join(";")) if "accounts" in df.columns else df
+        click.echo(outputs.csv_text(df), nl=False)
+    else:
+        terms = "; ".join(f"{w}: {' | '.join(alts)}" for w, alts in result.terms)
+        err.print(f"searching for every word of {query!r} ({terms})", markup=False)
+        if show_lines and result.lines is not None:
+            _print_frame(result.lines, "matching line items", "table")
+        else:
+            _print_frame(result.groups.with_columns(result.groups["accounts"].list.join(", ")), "matches", "table")
+        _print_frame(result.totals, "totals per currency", "table")
+    if save_rule:
+        path = Path(save_rule)
+        rid = rule_id or (m.group(0) if (m := re.match(r"[A-Z]{2,5}[0-9]{3,4}", path.name)) else None)
+        if not rid:
+            raise BillingAuditError(f"--save-rule {save_rule}: name the file after a rule id (e.g. SR100_spot_restart.sql) "
+                                    "or give --rule-id")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rule_text(result, rid, category), encoding="utf-8")
+        err.print(f"wrote {path}: `billing-audit rules test --rules {path.parent}` checks it", markup=False)
+    if threshold is not None:
+        over = result.over(threshold)
+        if over:
+            err.print(f"matched total above {threshold} in {', '.join(over)}", markup=False)
+            sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

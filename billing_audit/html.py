@@ -18,6 +18,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, time, timedelta
@@ -122,7 +123,7 @@ def _e(v: Any) -> str:
 def _pl(v: Any) -> str:
     """A value for plotly text (tick labels, legend, hover): plotly reads a subset of HTML
     and decodes entities once, so escaping &, < and > makes it show the text as it is."""
-    return html.escape("" if v is None else str(v), quote=False)
+    return "" if v is None else str(v)
 
 
 def _dec(v: Any) -> Decimal:
@@ -236,9 +237,9 @@ def _job_labels(rows: list[dict[str, Any]]) -> list[str]:
     """Unique axis labels for one currency's jobs: the job, then its provider, then its team when needed."""
     labels = [str(r["job"]) for r in rows]
     n = Counter(labels)
-    labels = [f"{lab} ({r['provider']})" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
+    labels = [f"{lab} · {r['provider']}" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
     n = Counter(labels)
-    return [f"{lab} [{r['team']}]" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
+    return [f"{lab} · {r['team']}" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
 
 
 def _base_layout(title: str, height: int) -> dict[str, Any]:
@@ -291,6 +292,11 @@ def _daily_by_day(daily: list[dict[str, Any]], currency: str) -> list[dict[str, 
         d["overhead"] += _dec(r["overhead"])
         if r.get("spike"):
             d["spikes"].append(r)
+    if days:  # every day of the range, so quiet days show as zero rather than being bridged by the line
+        first, last = min(days), max(days)
+        if (last - first).days <= 731:
+            for n in range((last - first).days + 1):
+                days[first + timedelta(days=n)]  # noqa: B018 - creates the zero day
     return [{"day": day, **v} for day, v in sorted(days.items())]
 
 
@@ -322,8 +328,9 @@ def _daily_figure(days: list[dict[str, Any]], currency: str) -> go.Figure:
     layout = _base_layout(f"Interruptions and billed overhead per day, {cur} (stars mark spike days)", 380)
     layout["xaxis"] = {"type": "date", "tickformat": "%Y-%m-%d"}
     layout["yaxis"] = {"title": {"text": f"billed overhead ({cur})"}, "tickformat": ",.2f", "rangemode": "tozero"}
+    most = max([_f(d["interruptions"]) for d in days] + [1.0])
     layout["yaxis2"] = {"title": {"text": "interruptions"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
-                        "showgrid": False}
+                        "showgrid": False, "tickmode": "linear", "tick0": 0, "dtick": max(1, math.ceil(most / 6))}
     layout["shapes"] = [
         {"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
          "fillcolor": "rgba(214, 39, 40, 0.12)",

@@ -1,0 +1,263 @@
+"""Search line items for words, with word families that mean the same across providers.
+
+Every query word must match somewhere in a line's searchable text (description,
+usage type, operation, meter, service, resource name), case- and accent-
+insensitively, as a substring.  The query is data: words are bound parameters,
+never SQL, and no regular expression is built from them.
+
+The search runs over the distinct searchable texts first (descriptions repeat
+millions of times; distinct ones are few), then fetches the lines of the texts
+that matched.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import polars as pl
+
+from billing_audit.errors import BillingAuditError
+from billing_audit.store import PERIOD, Store
+
+# Word families: a query word that is (a stem of) a member searches for every member.
+FAMILIES: list[tuple[str, ...]] = [
+    ("interrupt", "interruption", "evict", "eviction", "preempt", "preemption", "preemptible", "reclaim"),
+    # GCP bills its restart surcharge as "preemption overhead": it belongs with restart
+    ("restart", "recovery", "recover", "relaunch", "resume", "preemption overhead"),
+    ("spot", "preemptible", "low priority", "low-priority"),
+]
+SEARCH_COLUMNS = ("ChargeDescription", "x_UsageType", "x_Operation", "SkuMeter", "ServiceName", "ResourceName")
+MAX_WORDS = 20
+MAX_QUERY = 10_000
+
+
+def normalize(text: str) -> str:
+    """Lower-case, accents removed (as DuckDB's strip_accents), whitespace collapsed."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return " ".join("".join(c for c in decomposed if not unicodedata.combining(c)).split())
+
+
+def expand(query: str, exact: bool = False) -> list[tuple[str, list[str]]]:
+    """(word, alternatives) for each query word."""
+    if len(query) > MAX_QUERY:
+        raise BillingAuditError(f"the query is {len(query):,} characters long; searches take at most {MAX_QUERY:,}")
+    words = normalize(query).split()
+    if not words:
+        raise BillingAuditError("search needs at least one word, e.g. billing-audit search \"spot restart\"")
+    if len(words) > MAX_WORDS:
+        raise BillingAuditError(f"a search takes at most {MAX_WORDS} words (got {len(words)})")
+    out = []
+    for w in dict.fromkeys(words):
+        alts = [w]
+        if not exact and len(w) >= 3:
+            for fam in FAMILIES:
+                single = [m for m in fam if " " not in m and "-" not in m]  # phrases are only expanded to
+                if any(m.startswith(w) or (w.startswith(m) and len(m) >= 4) for m in single):
+                    alts += [m for m in fam if m not in alts]
+        out.append((w, alts))
+    return out
+
+
+@dataclass
+class SearchResult:
+    query: str
+    terms: list[tuple[str, list[str]]]
+    groups: pl.DataFrame
+    lines: pl.DataFrame | None
+    totals: pl.DataFrame
+    filters: dict[str, Any] = field(default_factory=dict)
+
+    def expanded_terms(self) -> dict[str, list[str]]:
+        return {w: alts for w, alts in self.terms}
+
+    def over(self, amount: Decimal) -> list[str]:
+        """Currencies whose matched total is above amount."""
+        return [r["currency"] for r in self.totals.iter_rows(named=True) if r["total_cost"] > amount]
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(v: Any) -> Any:
+            if isinstance(v, Decimal):
+                return float(v.quantize(Decimal("0.0001")))
+            if isinstance(v, date):
+                return v.isoformat()
+            return v
+
+        out: dict[str, Any] = {"query": self.query, "expanded_terms": self.expanded_terms()}
+        group_keys = ["provider", "description", "usage_type", "currency", "lines", "quantity", "total_cost",
+                      "first_date", "last_date", "accounts"]
+        out["groups"] = [{k: num(r[k]) for k in group_keys} for r in self.groups.iter_rows(named=True)]
+        if self.lines is not None:
+            out["lines"] = [{k: num(v) for k, v in r.items()} for r in self.lines.iter_rows(named=True)]
+        out["totals"] = [{k: num(r[k]) for k in ("currency", "total_cost", "lines")}
+                         for r in self.totals.iter_rows(named=True)]
+        return out
+
+
+def _norm_sql(prefix: str = "") -> str:
+    cols = ", ".join(f"{prefix}{c}" for c in SEARCH_COLUMNS)
+    return f"strip_accents(lower(concat_ws(' ', {cols})))"
+
+
+def condition_sql(n_words: int, norm: str) -> str:
+    """Every word matches: word i's alternatives are the bound list $t<i>."""
+    return " AND ".join(f"len(list_filter($t{i}, lambda a: contains({norm}, a))) > 0" for i in range(n_words))
+
+
+def _filters(period: str | None, since: date | None, provider: str | None) -> tuple[str, dict[str, Any]]:
+    parts = ["1 = 1"]
+    params: dict[str, Any] = {}
+    if period:
+        parts.append(f"strftime({PERIOD}, '%Y-%m') = $period")
+        params["period"] = period
+    if since:
+        parts.append("ChargePeriodStart >= $since")
+        params["since"] = since
+    if provider:
+        parts.append("x_Provider = $provider")
+        params["provider"] = provider
+    return " AND ".join(parts), params
+
+
+def search(
+    store: Store,
+    query: str,
+    *,
+    exact: bool = False,
+    period: str | None = None,
+    since: date | None = None,
+    provider: str | None = None,
+    limit: int | None = 50,
+    lines: bool = False,
+) -> SearchResult:
+    """Find line items whose text matches every word of the query (see the module doc)."""
+    terms = expand(query, exact)
+    where, params = _filters(period, since, provider)
+    for i, (_, alts) in enumerate(terms):
+        params[f"t{i}"] = alts
+    cols = ", ".join(SEARCH_COLUMNS)
+    cond = condition_sql(len(terms), "norm")
+    matched_words = ", ".join(
+        f"'{i}:' || list_filter($t{i}, lambda a: contains(norm, a))[1]" for i in range(len(terms))
+    )
+    store.con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE ba_search AS
+            SELECT {cols}, [{matched_words}] AS matched FROM (
+              SELECT {cols}, {_norm_sql()} AS norm FROM (SELECT DISTINCT {cols} FROM line_items WHERE {where}))
+            WHERE {cond}""",
+        params,
+    )
+    join = " AND ".join(f"l.{c} IS NOT DISTINCT FROM s.{c}" for c in SEARCH_COLUMNS)
+    fparams = {k: v for k, v in params.items() if not k.startswith("t")}
+    lwhere = where.replace("ChargePeriodStart", "l.ChargePeriodStart").replace("x_Provider =", "l.x_Provider =")
+    lwhere = lwhere.replace(f"strftime({PERIOD}", "strftime(" + PERIOD.replace("BillingPeriodStart", "l.BillingPeriodStart"))
+    base = f"FROM line_items l JOIN ba_search s ON {join} WHERE {lwhere}"
+    lim = f"LIMIT {int(limit)}" if limit else ""
+    groups = store.sql(
+        f"""SELECT l.x_Provider AS provider, coalesce(l.ChargeDescription, l.x_UsageType) AS description,
+                   l.x_UsageType AS usage_type, coalesce(l.BillingCurrency, '?') AS currency, count(*) AS lines,
+                   coalesce(sum(l.ConsumedQuantity), 0) AS quantity, coalesce(sum(l.BilledCost), 0) AS total_cost,
+                   CAST(min(l.ChargePeriodStart) AS DATE) AS first_date, CAST(max(l.ChargePeriodStart) AS DATE) AS last_date,
+                   list(DISTINCT l.SubAccountId ORDER BY l.SubAccountId) FILTER (WHERE l.SubAccountId IS NOT NULL) AS accounts,
+                   list_sort(list_distinct(flatten(list(s.matched)))) AS matched
+            {base} GROUP BY ALL ORDER BY total_cost DESC, provider, description, usage_type, currency {lim}""",
+        fparams,
+    )
+    words = [w for w, _ in terms]
+    groups = groups.with_columns(
+        pl.col("matched").list.eval(pl.element()).map_elements(
+            lambda xs: ", ".join(f"{words[int(x.split(':', 1)[0])]}~{x.split(':', 1)[1]}" for x in xs if x),
+            return_dtype=pl.String,
+        ).alias("matched"),
+        pl.col("accounts").fill_null([]),
+    )
+    line_df = None
+    if lines:
+        line_df = store.sql(
+            f"""SELECT l.x_LineItemId, l.x_Provider AS provider, CAST(l.ChargePeriodStart AS DATE) AS date,
+                       coalesce(l.ChargeDescription, l.x_UsageType) AS description, l.x_UsageType AS usage_type,
+                       l.ConsumedQuantity AS quantity, l.BilledCost AS cost, l.BillingCurrency AS currency,
+                       l.SubAccountId AS account, l.ResourceId AS resource, l.x_SourceFile AS source_file,
+                       l.x_SourceRow AS source_row
+                {base} ORDER BY l.BilledCost DESC, l.x_LineItemId {lim}""",
+            fparams,
+        )
+    totals = store.sql(
+        f"""SELECT coalesce(l.BillingCurrency, '?') AS currency, coalesce(sum(l.BilledCost), 0) AS total_cost,
+                   count(*) AS lines {base} GROUP BY 1 ORDER BY 1""",
+        fparams,
+    )
+    return SearchResult(query, terms, groups, line_df, totals,
+                        {"period": period, "since": since, "provider": provider, "exact": exact})
+
+
+RULE_TEMPLATE = """/*
+id: {id}
+name: {name}
+title: {title}
+category: {category}
+severity: {severity}
+providers: [{providers}]
+params:
+{params}description: |
+  Written by `billing-audit search {query_yaml}{flags}`: tags exactly the lines that
+  search found.  Each word's alternatives are a parameter; every word must match
+  (case- and accent-insensitive substring) in the description, usage type,
+  operation, meter, service or resource name.
+*/
+select
+  x_LineItemId,
+  {reason} || coalesce(ChargeDescription, x_UsageType, '') as reason
+from line_items
+where {where}
+"""
+
+
+def _yaml_str(text: str) -> str:
+    """A YAML double-quoted string that cannot close the header's block comment."""
+    import json
+
+    return json.dumps(text).replace("*/", "*\\u002f")
+
+
+def rule_text(result: SearchResult, rule_id: str, category: str = "custom", severity: str = "medium") -> str:
+    """A rule file (the rule engine's format) that tags exactly the lines this search found.
+
+    The words are parameters of the rule (their alternatives are the defaults): no
+    text the user typed becomes SQL.
+    """
+    words = " ".join(w for w, _ in result.terms)
+    params = [f"  label: {{default: {_yaml_str(words)}, description: the search that wrote this rule}}\n"]
+    for i, (w, alts) in enumerate(result.terms):
+        alts_yaml = "[" + ", ".join(_yaml_str(a) for a in alts) + "]"
+        params.append(f"  term_{i + 1}: {{default: {alts_yaml}, description: {_yaml_str('alternatives for ' + w)}}}\n")
+    norm = _norm_sql()
+    conds = [f"len(list_filter($term_{i + 1}, lambda a: contains({norm}, a))) > 0" for i in range(len(result.terms))]
+    f = result.filters
+    if f.get("provider"):
+        params.append(f"  provider: {{default: {_yaml_str(f['provider'])}, description: only this provider}}\n")
+        conds.append("x_Provider = $provider")
+    if f.get("period"):
+        params.append(f"  period: {{default: {_yaml_str(f['period'])}, description: billing month YYYY-MM}}\n")
+        conds.append(f"strftime({PERIOD}, '%Y-%m') = $period")
+    if f.get("since"):
+        params.append(f"  since: {{default: {_yaml_str(f['since'].isoformat())}, description: first usage date}}\n")
+        conds.append("ChargePeriodStart >= CAST($since AS DATE)")
+    providers = [f["provider"]] if f.get("provider") else ["aws", "azure", "gcp"]
+    slug = "_".join("".join(c for c in w if c.isascii() and c.isalnum()) for w, _ in result.terms).strip("_")
+    return RULE_TEMPLATE.format(
+        id=rule_id,
+        name=f"{category}.search_{slug[:40].strip('_') or 'terms'}",
+        title=_yaml_str(f"Lines matching the search {words[:150]}"),
+        category=category,
+        severity=severity,
+        providers=", ".join(providers),
+        params="".join(params),
+        query_yaml=_yaml_str(words[:200]).replace("\\n", " "),
+        flags=" --exact" if f.get("exact") else "",
+        reason="'search \"' || $label || '\": '",
+        where="\n  and ".join(conds),
+    )
