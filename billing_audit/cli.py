@@ -639,5 +639,13 @@ def search(query: str, db: str, period: str | None, since: Any, provider: str | 
             sys.exit(1)
 
 
+def _register_pull() -> None:
+    from billing_audit.cli_pull import pull
+
+    main.add_command(pull)
+
+
+_register_pull()
+
 if __name__ == "__main__":  # pragma: no cover
     main()
