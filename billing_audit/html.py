@@ -25,9 +25,9 @@ from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-import plotly.graph_objects as go
+import plotly.graph_objects as go  # type: ignore[import-untyped]
 import polars as pl
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
 import billing_audit
 from billing_audit.report import MONEY_FIELDS, UNATTRIBUTED, Report
@@ -82,6 +82,7 @@ nav a { margin-right: 1rem; color: #2458b3; text-decoration: none; }
 table { border-collapse: collapse; font-size: .82rem; width: 100%; }
 th, td { padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; text-align: left; }
 th { background: var(--bg-alt); position: sticky; top: 0; font-weight: 600; white-space: nowrap; }
+td[data-field="job"], td[data-field="team"] { white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 .est { font-style: italic; color: #555; }
@@ -123,7 +124,7 @@ def _e(v: Any) -> str:
 def _pl(v: Any) -> str:
     """A value for plotly text (tick labels, legend, hover): plotly reads a subset of HTML
     and decodes entities once, so escaping &, < and > makes it show the text as it is."""
-    return "" if v is None else str(v)
+    return html.escape("" if v is None else str(v), quote=False)
 
 
 def _dec(v: Any) -> Decimal:
