@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import duckdb
 import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -48,6 +49,14 @@ def handle_errors(f: F) -> F:
                 raise
             err.print(f"error: {e}", markup=False)
             sys.exit(e.exit_code)
+        except (OSError, duckdb.Error) as e:  # disk full, permissions, a vanished file
+            io_like = isinstance(e, (OSError, duckdb.IOException)) or any(
+                w in str(e) for w in ("Could not write", "No space left", "File too large", "IO Error"))
+            if ctx.find_root().params.get("debug") or not io_like:
+                raise
+            where = f"{e.filename}: " if isinstance(e, OSError) and e.filename else ""
+            err.print(f"error: {where}{e.strerror if isinstance(e, OSError) and e.strerror else e}", markup=False)
+            sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
 

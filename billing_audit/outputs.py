@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from billing_audit.errors import BillingAuditError
 from billing_audit.report import MONEY_FIELDS, Report
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -151,13 +153,20 @@ def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
 
 
 def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:
+    """Write through a temporary file, so a full disk never leaves half an export behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "csv":
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            write_csv(df, f)
-    elif fmt == "parquet":
-        df.write_parquet(path)
-    else:
-        rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
-                for r in df.iter_rows(named=True)]
-        path.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        if fmt == "csv":
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                write_csv(df, f)
+        elif fmt == "parquet":
+            df.write_parquet(tmp)
+        else:
+            rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
+                    for r in df.iter_rows(named=True)]
+            tmp.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise BillingAuditError(f"{path}: cannot write the export ({e.strerror or e})") from None

@@ -280,9 +280,10 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     con = store.con
     if not store._has_table("rule_hits"):
         raise BillingAuditError("the store has not been tagged yet: run `billing-audit tag` (or `billing-audit audit`)")
-    from billing_audit.tagging import LINE_CATEGORY_VIEW
+    if not store._has_table("line_categories"):  # stores tagged before the view existed
+        from billing_audit.tagging import LINE_CATEGORY_VIEW
 
-    con.execute(LINE_CATEGORY_VIEW)
+        con.execute(LINE_CATEGORY_VIEW)
     warnings = _staleness(con)
     _prepare(con, cfg, period, cost_basis)
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))

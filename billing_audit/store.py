@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -125,10 +127,25 @@ class Store:
             self._create()
 
     def _connect(self) -> None:
-        try:
-            self.con = duckdb.connect(str(self.path), read_only=self.read_only)
-        except duckdb.Error as e:
-            raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
+        """Open the store; while another process holds it, wait up to $BILLING_AUDIT_LOCK_TIMEOUT s (10)."""
+        deadline = time.monotonic() + float(os.environ.get("BILLING_AUDIT_LOCK_TIMEOUT", "10"))
+        while True:
+            try:
+                self.con = duckdb.connect(str(self.path), read_only=self.read_only)
+                break
+            except duckdb.Error as e:
+                msg = str(e)
+                if "Conflicting lock" in msg and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                if "Conflicting lock" in msg:
+                    m = re.search(r"PID (\d+)", msg)
+                    who = f" (process {m.group(1)})" if m else ""
+                    raise BillingAuditError(
+                        f"{self.path}: the store is in use by another billing-audit process{who}; "
+                        "try again when it has finished (or raise BILLING_AUDIT_LOCK_TIMEOUT)"
+                    ) from None
+                raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute("SET enable_progress_bar = false")
         install_macros(self.con)
@@ -226,6 +243,9 @@ class Store:
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
                             con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid
+                            if isinstance(e, duckdb.IOException) and "No space" in str(e) or "File too large" in str(e):
+                                raise BillingAuditError(f"{self.path}: writing the store failed ({e}); "
+                                                        "nothing of this delivery was stored") from None
                             raise diagnose(con, mf, e) from None
                         rows = int(n[0]) if n else 0
                         if rows == 0:

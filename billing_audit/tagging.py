@@ -9,7 +9,9 @@ cost one scan of ``line_items``; any other rule runs on its own.
 from __future__ import annotations
 
 import copy
+import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,7 +69,17 @@ class TagResult:
 
 def sandbox(path: str) -> duckdb.DuckDBPyConnection:
     """A connection to the store that cannot read or write other files, with its configuration locked."""
-    con = duckdb.connect(path, config={"enable_external_access": False})
+    deadline = time.monotonic() + float(os.environ.get("BILLING_AUDIT_LOCK_TIMEOUT", "10"))
+    while True:
+        try:
+            con = duckdb.connect(path, config={"enable_external_access": False})
+            break
+        except duckdb.IOException as e:
+            if "Conflicting lock" not in str(e):
+                raise
+            if time.monotonic() >= deadline:
+                raise BillingAuditError(f"{path}: the store is in use by another billing-audit process") from None
+            time.sleep(0.2)
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")
     con.execute("SET lock_configuration = true")
