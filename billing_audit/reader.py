@@ -46,13 +46,14 @@ MACROS = [
              ELSE coalesce(ba_try_ts(x), error('cannot read date ' || CAST(x AS VARCHAR))) END)""",
     # list of {k, v} -> MAP: keys trimmed and lower-cased, empty values dropped,
     # keys that differ only by case merged (first non-empty value in source order wins)
+    """CREATE OR REPLACE TEMP MACRO ba_ws(x) AS (trim(x, chr(32) || chr(9) || chr(10) || chr(13) || chr(11) || chr(12)))""",
     """CREATE OR REPLACE TEMP MACRO ba_tags(entries) AS (
       map_from_entries(list_transform(
         list_sort(list_distinct(list_transform(
-          list_filter(entries, lambda e: e.v IS NOT NULL AND trim(e.v) <> '' AND e.k IS NOT NULL AND trim(e.k) <> ''),
-          lambda e: lower(trim(e.k))))),
-        lambda key: {'key': key, 'value': trim(list_filter(entries,
-          lambda e: e.k IS NOT NULL AND lower(trim(e.k)) = key AND e.v IS NOT NULL AND trim(e.v) <> '')[1].v)})))""",
+          list_filter(entries, lambda e: e.v IS NOT NULL AND ba_ws(e.v) <> '' AND e.k IS NOT NULL AND ba_ws(e.k) <> ''),
+          lambda e: lower(ba_ws(e.k))))),
+        lambda key: {'key': key, 'value': ba_ws(list_filter(entries,
+          lambda e: e.k IS NOT NULL AND lower(ba_ws(e.k)) = key AND e.v IS NOT NULL AND ba_ws(e.v) <> '')[1].v)})))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
         CASE WHEN s IS NULL OR trim(s) = '' OR trim(s) = '{}' THEN NULL

@@ -1,0 +1,165 @@
+"""Property tests and bounded fuzzing of the readers, small parsers and normalisation (hypothesis)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import billing_audit
+from billing_audit.config import load_config
+from billing_audit.deliveries import group
+from billing_audit.errors import BillingAuditError
+from billing_audit.reader import install_macros
+from billing_audit.report import build_report
+from billing_audit.rules import RuleError, parse_rule_file
+from support import FIXTURES
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@pytest.fixture(scope="module")
+def con() -> duckdb.DuckDBPyConnection:
+    c = duckdb.connect()
+    install_macros(c)
+    return c
+
+
+@SETTINGS
+@given(text=st.text(max_size=300))
+def test_azure_tag_strings_never_crash(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    tags, malformed = con.execute("SELECT ba_tags(ba_json_tags($s)), ba_tags_malformed($s)", {"s": text}).fetchone()
+    if tags:
+        ws = " \t\n\r\x0b\x0c"
+        assert all(k and k == k.strip(ws) for k in tags)
+        assert all(v and v == v.strip(ws) for v in tags.values())
+    if text.strip() in ("", "{}"):
+        assert not malformed
+
+
+@SETTINGS
+@given(pairs=st.dictionaries(st.text(min_size=1, max_size=15), st.text(min_size=1, max_size=15), max_size=6))
+def test_azure_tags_with_and_without_braces_agree(con: duckdb.DuckDBPyConnection, pairs: dict[str, str]) -> None:
+    body = json.dumps(pairs)
+    with_braces, without = con.execute(
+        "SELECT ba_tags(ba_json_tags($a)), ba_tags(ba_json_tags($b))", {"a": body, "b": body[1:-1]}).fetchone()
+    assert with_braces == without
+    normal = {con.execute("SELECT lower(ba_ws($k))", {"k": k}).fetchone()[0] for k, v in pairs.items()
+              if con.execute("SELECT ba_ws($v) <> '' AND ba_ws($k) <> ''", {"k": k, "v": v}).fetchone()[0]}
+    assert set(with_braces or {}) == normal
+
+
+@SETTINGS
+@given(doc=JSON, name=st.sampled_from(["manifest.json", "_manifest.json", "r-Manifest.json"]))
+def test_manifests_never_crash(doc: object, name: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "run"
+        folder.mkdir()
+        (folder / name).write_text(json.dumps(doc))
+        deliveries, errors = group([folder])
+        assert deliveries == [] or all(d.files for d in deliveries)
+        assert all(isinstance(e, BillingAuditError) for e in errors)
+
+
+@SETTINGS
+@given(header=st.text(max_size=200), sql=st.text(max_size=100))
+def test_rule_headers_fail_only_with_rule_errors(header: str, sql: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "TM100_x.sql"
+        path.write_text(f"/*\n{header.replace('*/', '')}\n*/\n{sql}")
+        try:
+            parse_rule_file(path)
+        except RuleError as e:
+            assert e.file == str(path) and e.reason
+
+
+@SETTINGS
+@given(text=st.text(max_size=200))
+def test_config_fails_only_with_clear_errors(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "billing-audit.toml"
+        path.write_text(text)
+        try:
+            load_config(path)
+        except BillingAuditError as e:
+            assert str(path) in str(e)
+
+
+HEADER = ["lineItem/UsageStartDate", "lineItem/UsageEndDate", "lineItem/LineItemType", "lineItem/UnblendedCost",
+          "bill/PayerAccountId", "lineItem/UsageType", "lineItem/LineItemDescription", "resourceTags/user:Team"]
+MONEY = st.decimals(min_value=Decimal("-1000"), max_value=Decimal("100000"), places=10, allow_nan=False)
+
+
+def _csv(rows: list[tuple[Decimal, str, str]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(HEADER)
+    for i, (cost, desc, team) in enumerate(rows):
+        w.writerow([f"2026-10-{1 + i % 28:02d}T00:00:00Z", f"2026-10-{1 + i % 28:02d}T01:00:00Z",
+                    "Credit" if cost < 0 else "Usage", format(cost, "f"), "012345678901",
+                    "USE1-SpotUsage:p4d.24xlarge", desc, team])
+    return buf.getvalue()
+
+
+@SLOW
+@given(rows=st.lists(st.tuples(MONEY, st.text(max_size=40), st.text(max_size=10)), min_size=1, max_size=40))
+def test_cost_totals_are_conserved(rows: list[tuple[Decimal, str, str]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "cur"
+        folder.mkdir()
+        (folder / "cur-1.csv").write_text(_csv(rows), encoding="utf-8")
+        with billing_audit.open(Path(tmp) / "s.duckdb") as store:
+            report = store.ingest([folder])
+            assert not report.errors, report.errors
+            got = store.con.execute("SELECT sum(BilledCost), count(*) FROM line_items").fetchone()
+            assert got == (sum(r[0] for r in rows), len(rows))
+            again = store.ingest([folder])
+            assert again.count("unchanged") == 1
+            assert store.con.execute("SELECT sum(BilledCost), count(*) FROM line_items").fetchone() == got
+
+
+def _report_numbers(folders: list[Path], db: Path) -> list[tuple[object, ...]]:
+    with billing_audit.open(db) as store:
+        for f in folders:
+            assert not store.ingest([f]).errors
+        store.tag()
+        rep = build_report(store, load_config(FIXTURES / "scenarios/billing-audit.toml"), "2026-11")
+        rows = rep.jobs.drop("reasons").rows()
+    return sorted(rows, key=repr)
+
+
+@SLOW
+@given(seed=st.integers(0, 10_000))
+def test_row_order_and_ingest_order_change_no_report(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("order")
+    src = FIXTURES / "scenarios"
+    reference = _report_numbers([src / "aws-cur-csv", src / "azure-ea-eur"], tmp / "ref.duckdb")
+    rng = random.Random(seed)
+    shuffled = []
+    for name, pattern in (("aws-cur-csv", "*/*.csv"), ("azure-ea-eur", "*/*.csv")):
+        f = next((src / name).glob(pattern))
+        lines = f.read_bytes().decode("utf-8-sig").splitlines(keepends=True)
+        body = lines[1:]
+        rng.shuffle(body)
+        out = tmp / f"shuffled-{name}" / f.parent.name / f.name
+        out.parent.mkdir(parents=True)
+        out.write_text(lines[0] + "".join(body), encoding="utf-8")
+        shuffled.append(out.parent)
+    rng.shuffle(shuffled)
+    assert _report_numbers(shuffled, tmp / "shuffled.duckdb") == reference
