@@ -17,7 +17,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -172,6 +172,14 @@ def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
     )
 
 
+DUP_MARK = "#dup"
+_DUP = re.compile(re.escape(DUP_MARK) + r"\d+$")
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
 def csv_header(path: Path, display: str) -> list[str]:
     """The first record of a CSV file (BOM removed); duplicate names get a numeric suffix."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
@@ -186,9 +194,9 @@ def csv_header(path: Path, display: str) -> list[str]:
     for raw in first:
         name = raw.strip() or f"column{len(names) + 1}"
         key = name.lower()
-        if key in seen:
+        if key in seen:  # DuckDB needs unique names; MappedFile sees through the #n suffix
             seen[key] += 1
-            name = f"{name}_{seen[key]}"
+            name = f"{name}{DUP_MARK}{seen[key]}"
         else:
             seen[key] = 1
         names.append(name)
@@ -202,10 +210,9 @@ def explain_duckdb_error(e: Exception) -> str:
     if not lines:
         return type(e).__name__
     if lines[0].startswith("CSV Error on Line"):
-        reason = next(
-            (ln for ln in lines[1:] if not ln.startswith(("Original Line", "Possible fixes", "*"))), "malformed row"
-        )
-        return f"{lines[0]}: {reason}"
+        m = re.search(r"(Value with unterminated quote found|Expected Number of Columns: \d+ Found: \d+|"
+                      r"[^\n]*[Ii]nvalid unicode[^\n]*|Maximum line size[^\n]*)", msg)
+        return f"{lines[0]}: {m.group(1).strip() if m else 'malformed row'}"
     return lines[0]
 
 
@@ -247,16 +254,41 @@ class MappedFile:
     kind: str
     fmt: fm.ExportFormat
     cols: dict[str, str]  # actual name -> type
+    _names: dict[str, list[str]] | None = field(default=None, repr=False)
 
     def reader(self) -> str:
         return reader_sql(self.path, self.kind, list(self.cols))
 
     def by_name(self) -> dict[str, str]:
-        """Normalised (lower-case) name -> actual column name; the first of duplicates wins."""
-        out: dict[str, str] = {}
+        """Normalised (lower-case) name -> actual column name; the first of duplicates."""
+        return {n: actuals[0] for n, actuals in self.all_by_name().items()}
+
+    def all_by_name(self) -> dict[str, list[str]]:
+        """Normalised name -> every actual column answering to it (duplicates, case variants).
+
+        Declared names are also found when a header differs only in case and separators
+        (``lineitem/unblendedcost`` answers to ``line_item_unblended_cost``).
+        """
+        if self._names is not None:
+            return self._names
+        out: dict[str, list[str]] = {}
+        squashed: dict[str, list[str]] = {}
         for k in self.cols:
-            out.setdefault(self.fmt.normalize_name(k).lower(), k)
+            base = _DUP.sub("", k)
+            out.setdefault(self.fmt.normalize_name(base).lower(), []).append(k)
+            squashed.setdefault(_squash(base), []).append(k)
+        declared = dict(self.fmt.columns)
+        declared.update(self.fmt.dynamic_columns({n: self.cols[a[0]] for n, a in out.items()}))
+        for name in declared:
+            key = name.lower()
+            extra = [a for a in squashed.get(_squash(name), []) if a not in out.get(key, [])]
+            if extra:
+                out[key] = out.get(key, []) + extra
+        self._names = out
         return out
+
+    def shown(self, actual: str) -> str:
+        return _DUP.sub("", actual)
 
     def lower_cols(self) -> dict[str, str]:
         by = self.by_name()
@@ -274,8 +306,17 @@ class MappedFile:
         if missing:
             raise InputError(self.display, f"required column missing for {self.fmt.id}", column=missing[0])
         parts = []
+        every = self.all_by_name()
         for name, kind in declared.items():
             actual = by_lower.get(name.lower())
+            variants = every.get(name.lower(), [])
+            if len(variants) > 1 and kind == fm.NUM:
+                raise InputError(self.display, f"the column appears more than once ({', '.join(map(self.shown, variants))}): "
+                                 "which one holds the money is ambiguous", column=self.shown(variants[1]))
+            if len(variants) > 1 and kind == fm.TEXT:  # case variants of a text column: first non-empty value
+                refs = ", ".join(f"nullif(CAST(raw.{ident(v)} AS VARCHAR), '')" for v in variants)
+                parts.append(f"coalesce({refs}) AS {ident(name)}")
+                continue
             if actual is None:
                 null_type = "VARCHAR" if kind != fm.RAW else "VARCHAR"
                 if kind == fm.NUM:
@@ -376,7 +417,7 @@ def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception
         if hit:
             what = "a number" if kind == fm.NUM else "a date"
             shown = hit[1] if len(hit[1]) <= 60 else hit[1][:57] + "..."
-            return InputError(mf.display, f"cannot read {shown!r} as {what}", row=int(hit[0]), column=actual)
+            return InputError(mf.display, f"cannot read {shown!r} as {what}", row=int(hit[0]), column=mf.shown(actual))
     msg = explain_duckdb_error(original)
     m = re.search(r"CSV Error on Line: (\d+)", msg)
     if "unicode" in msg.lower() or "utf-8" in msg.lower():
