@@ -46,6 +46,8 @@ CATEGORY_DOCS: dict[str, str] = {
 SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 PROVIDERS: tuple[str, ...] = ("aws", "azure", "gcp")
 
+MAX_RULE_BYTES = 256 * 1024
+
 # Relations a rule may read besides its own CTEs.
 READABLE = {"line_items", "checkpoint_resources"}
 
@@ -139,6 +141,8 @@ def _line_of_key(text: str, key: str, start_line: int) -> int:
 def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
     """Read and validate one rule file (header and SQL safety); raises RuleError."""
     try:
+        if path.stat().st_size > MAX_RULE_BYTES:
+            raise RuleError(path, None, f"rule file is larger than {MAX_RULE_BYTES // 1024} KiB")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(path, None, f"cannot read rule file: {e}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -199,6 +200,11 @@ def run_rules(
             fused.append((r, *parts))
         else:
             alone.append(r)
+    # A rule is untrusted: a runaway query (a recursive CTE bomb, a cross join) is interrupted.
+    timeout = float(os.environ.get("BILLING_AUDIT_RULE_TIMEOUT", "600"))
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.daemon = True
+    timer.start()
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": [r.id for r in rules] or [""]})
@@ -220,6 +226,9 @@ def run_rules(
             used = {k: v for k, v in bound.items() if f"${k}" in sql}
             try:
                 con.execute(sql, used)
+            except duckdb.InterruptException:
+                raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
+                                        "(BILLING_AUDIT_RULE_TIMEOUT)") from None
             except duckdb.Error as e:
                 raise BillingAuditError(f"running the fused rules failed: {e}") from None
             result.scans += 1
@@ -231,6 +240,9 @@ def run_rules(
             )
             try:
                 con.execute(sql, {"run_id": run_id, **_bind(r, params)})
+            except duckdb.InterruptException:
+                raise RuleError(r.path, r.sql_line, f"the rule ran longer than {timeout:g} s and was stopped "
+                                "(BILLING_AUDIT_RULE_TIMEOUT)") from None
             except duckdb.Error as e:
                 raise _rule_error(r, e) from None
             result.scans += 1
@@ -247,4 +259,6 @@ def run_rules(
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    finally:
+        timer.cancel()
     return result
