@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,9 +39,10 @@ class Delivery:
     rank: int = 0  # 1 when a manifest marks it as its period's current delivery
     _fps: dict[Path, str] = field(default_factory=dict)
 
-    def fingerprints(self) -> dict[Path, str]:
+    def fingerprints(self, known: Callable[[Path], str | None] | None = None) -> dict[Path, str]:
+        """sha256 of each file; ``known(path)`` may answer from an earlier ingest of the same unchanged file."""
         if not self._fps:
-            self._fps = {f: fingerprint(f) for f in self.files}
+            self._fps = {f: (known(f) if known else None) or fingerprint(f) for f in self.files}
         return self._fps
 
     def combined_fingerprint(self) -> str:

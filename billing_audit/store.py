@@ -62,6 +62,11 @@ BOOKKEEPING = [
         BillingPeriodStart TIMESTAMP,
         ingest_id BIGINT NOT NULL,
         rows BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS file_stats (
+        path VARCHAR PRIMARY KEY,
+        size BIGINT NOT NULL,
+        mtime_ns BIGINT NOT NULL,
+        fingerprint VARCHAR NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS ingest_log (
         ingest_id BIGINT NOT NULL,
         file VARCHAR NOT NULL,
@@ -208,15 +213,31 @@ class Store:
                     report.files.append(FileResult(str(f), status, message=msg))
         return report
 
+    def _known_fingerprint(self, path: Path) -> str | None:
+        """The fingerprint of a file already seen at this path with the same size and modification time."""
+        st = path.stat()
+        row = self.con.execute(
+            "SELECT fingerprint FROM file_stats WHERE path = ? AND size = ? AND mtime_ns = ?",
+            [str(path.resolve()), st.st_size, st.st_mtime_ns],
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def _remember_files(self, d: Delivery) -> None:
+        for f, fp in d.fingerprints().items():
+            st = f.stat()
+            self.con.execute("INSERT OR REPLACE INTO file_stats VALUES (?, ?, ?, ?)",
+                             [str(f.resolve()), st.st_size, st.st_mtime_ns, fp])
+
     def _next_ingest_id(self) -> int:
         row = self.con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM deliveries").fetchone()
         return int(row[0]) if row else 1
 
     def _ingest_delivery(self, d: Delivery, report: IngestReport, progress: Progress | None) -> None:
-        fps = d.fingerprints()
+        fps = d.fingerprints(self._known_fingerprint)
         combined = d.combined_fingerprint()
         skip = self._already_seen(d, combined)
         if skip is not None:
+            self._remember_files(d)
             status, msg = skip
             for f in d.files:
                 report.files.append(FileResult(str(f), status, message=msg))
@@ -269,6 +290,7 @@ class Store:
                         if progress:
                             progress(display, rows)
             replaced = self._settle_slices(d, ingest_id, combined, now, results)
+            self._remember_files(d)
             con.execute("COMMIT")
         except BaseException:
             try:

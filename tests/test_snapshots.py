@@ -177,3 +177,22 @@ def test_period_starting_at_local_midnight_is_the_same_month(db: Path, tmp_path:
         assert report.replaced_rows == 12
         assert store.con.execute("SELECT count(*) FROM line_items").fetchone() == (12,)
         assert store.summary()["period"].to_list() == ["2026-10"]
+
+
+def test_unchanged_files_are_not_rehashed(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-ingesting an unchanged month reads no export bytes: same path, size and mtime reuse the fingerprint."""
+    import billing_audit.deliveries as deliveries
+
+    folder = tmp_path / "m"
+    shutil.copytree(PARQUET_DIR, folder)
+    with billing_audit.open(db) as store:
+        store.ingest([folder])
+        calls: list[Path] = []
+        real = deliveries.fingerprint
+        monkeypatch.setattr(deliveries, "fingerprint", lambda p: calls.append(p) or real(p))
+        report = store.ingest([folder])
+        assert report.count("unchanged") == 2 and calls == []
+        # touching a file makes it hash again (and, unchanged in content, still counts as unchanged)
+        os.utime(folder / "gpu-cur-00001.snappy.parquet", (5, 5))
+        report = store.ingest([folder])
+        assert report.count("unchanged") == 2 and [p.name for p in calls] == ["gpu-cur-00001.snappy.parquet"]
