@@ -317,7 +317,8 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         out["recommendation"], out["reasons"] = _recommend(out, cfg)
         jobs.append(out)
     jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
-        ["hidden_overhead_total", "job", "currency"], descending=[True, False, False], nulls_last=True
+        ["hidden_overhead_total", "job", "team", "provider", "currency"],
+        descending=[True, False, False, False, False], nulls_last=True,
     )
     return Report(
         period=period or "all",
