@@ -11,12 +11,35 @@ import importlib
 import click
 
 
-@click.group()
+PROVIDERS = ("aws", "azure", "gcp")
+
+
+class _LazyGroup(click.Group):
+    """Loads each provider's command when asked for: no import cycle with billing_audit.cli, fast start."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [p for p in PROVIDERS if self.get_command(ctx, p) is not None]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in PROVIDERS:
+            return None
+        try:
+            mod = importlib.import_module(f"billing_audit.pullcmd_{name}")
+        except ModuleNotFoundError as e:  # not built
+            if e.name != f"billing_audit.pullcmd_{name}":
+                raise
+            return None
+        cmd = mod.command
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+
+@click.group(cls=_LazyGroup)
 def pull() -> None:
     """Fetch what changed since the last pull from AWS, Azure or GCP, then ingest it.
 
-    Downloads go to a cache folder (--cache, default ./billing-audit-cache) that
-    keeps each object under its remote key; only the newest delivery of each
+    Downloads go to a cache folder (--cache, default ./billing-audit-cache/<provider>)
+    that keeps each object under its remote key; only the newest delivery of each
     billing period is fetched, unchanged objects are skipped, partial downloads
     resume.  --dry-run lists what would be fetched and its size.
 
@@ -26,13 +49,3 @@ def pull() -> None:
       billing-audit pull azure --scope /subscriptions/SUB --export gpu-daily
       billing-audit pull gcp --table proj.billing.gcp_billing_export_v1_0123 --month 202610
     """
-
-
-for _name in ("aws", "azure", "gcp"):
-    try:
-        _mod = importlib.import_module(f"billing_audit.pullcmd_{_name}")
-    except ModuleNotFoundError as _e:  # not built yet
-        if _e.name != f"billing_audit.pullcmd_{_name}":
-            raise
-        continue
-    pull.add_command(_mod.command, _name)

@@ -27,11 +27,23 @@ def test_ingest_help_documents_every_format() -> None:
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    for name, cmd in main.commands.items():
-        result = CliRunner().invoke(main, [name, "--help"])
-        assert result.exit_code == 0, name
-        assert "Example" in result.output, f"{name} --help has no example"
-        assert cmd.help
+    import click
+
+    def walk(group: click.Group, path: list[str]) -> list[list[str]]:
+        ctx = click.Context(group)
+        out = []
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            assert cmd is not None and cmd.help, name
+            out += walk(cmd, [*path, name]) if isinstance(cmd, click.Group) else [[*path, name]]
+        return out
+
+    commands = walk(main, [])
+    assert ["pull", "aws"] in commands and ["rules", "test"] in commands
+    for path in commands:
+        result = CliRunner().invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        assert "Example" in result.output, f"{' '.join(path)} --help has no example"
 
 
 def test_ingest_then_summary_csv(db: Path) -> None:

@@ -13,7 +13,10 @@ README = (ROOT / "README.md").read_text()
 
 def _commands(group: click.Group, prefix: str = "") -> list[str]:
     out = []
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None
         full = f"{prefix}{name}"
         if isinstance(cmd, click.Group):
             out += _commands(cmd, full + " ")
