@@ -648,13 +648,15 @@ def search(query: str, db: str, period: str | None, since: Any, provider: str | 
             sys.exit(1)
 
 
-def _register_pull() -> None:
+def _register() -> None:
+    from billing_audit.cli_generate import command as generate
     from billing_audit.cli_pull import pull
 
     main.add_command(pull)
+    main.add_command(generate, "generate")
 
 
-_register_pull()
+_register()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

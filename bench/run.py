@@ -1,0 +1,278 @@
+"""Benchmark billing-audit on a large estate's monthly bill (AWS legacy CUR parquet).
+
+Each stage runs as a whole process (``.venv/bin/billing-audit ...``) under ``/usr/bin/time``,
+which reports its wall time, CPU time (user + sys) and peak RSS; every stage is repeated and
+the medians are reported.  The floors are what DuckDB alone needs on the same files.  See
+bench/README.md.
+
+    .venv/bin/python bench/run.py --rows 1000000 10000000 --repeat 3 --out bench/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+CLI = str(BIN / "billing-audit")
+PY = sys.executable
+TIME = "/usr/bin/time"
+SEARCH_QUERY = "spot restart"
+
+FLOOR_AGGREGATE = """
+import duckdb, sys
+con = duckdb.connect()
+con.execute("SELECT line_item_usage_type, resource_tags_user_team, sum(line_item_unblended_cost), count(*) "
+            "FROM read_parquet(?) GROUP BY ALL", [sys.argv[1]]).fetchall()
+"""
+FLOOR_COPY = """
+import duckdb, sys
+con = duckdb.connect(sys.argv[2])
+con.execute("CREATE TABLE line_items AS SELECT * FROM read_parquet(?)", [sys.argv[1]])
+con.close()
+"""
+
+
+def run_timed(cmd: list[str], timeout: float) -> dict[str, Any]:
+    """Run cmd under /usr/bin/time: wall s, cpu s (user+sys), peak RSS MiB, exit code."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time", delete=False) as tf:
+        tfile = tf.name
+    env = {k: v for k, v in os.environ.items() if k != "BILLING_AUDIT_DB"}
+    env["NO_COLOR"] = "1"
+    load_before = loadavg()
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run([TIME, "-f", "%e %U %S %M", "-o", tfile, *cmd], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout, env=env, cwd=ROOT)
+        rc, err = proc.returncode, proc.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        rc, err = -1, f"timed out after {timeout} s"
+    wall_outer = time.perf_counter() - started
+    try:
+        e, u, s, m = Path(tfile).read_text().strip().splitlines()[-1].split()
+        res = {"wall_s": float(e), "cpu_s": round(float(u) + float(s), 2), "rss_mib": round(int(m) / 1024, 1)}
+    except (ValueError, IndexError):
+        res = {"wall_s": round(wall_outer, 2), "cpu_s": None, "rss_mib": None}
+    finally:
+        Path(tfile).unlink(missing_ok=True)
+    res["rc"] = rc
+    res["loadavg_before"] = load_before
+    if rc != 0:
+        res["stderr"] = err
+    return res
+
+
+def loadavg() -> float | None:
+    """The 1-minute load average: other work on the machine inflates wall times (CPU times less so)."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def store_size(db: Path) -> int:
+    return sum(p.stat().st_size for p in (db, db.with_name(db.name + ".wal")) if p.exists())
+
+
+def ensure_data(workdir: Path, rows: int, seed: int, regenerate: bool) -> tuple[Path, dict[str, Any]]:
+    """The AWS CUR export of `rows` lines, generated once per N (and seed) into the work folder."""
+    folder = workdir / f"aws-{rows}-s{seed}"
+    done = folder / ".generated.json"
+    if done.exists() and not regenerate:
+        return folder, json.loads(done.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    res = run_timed([CLI, "generate", "--provider", "aws", "--rows", str(rows), "--out", str(folder),
+                     "--seed", str(seed)], timeout=3600)
+    if res["rc"] != 0:  # cli.py may not register `generate` yet: call the module's command directly
+        res = run_timed([PY, "-c", "from billing_audit.cli_generate import command; command()", "--provider", "aws",
+                         "--rows", str(rows), "--out", str(folder), "--seed", str(seed)], timeout=3600)
+    if res["rc"] != 0:
+        raise SystemExit(f"generation failed: {res.get('stderr')}")
+    parquet = sorted(folder.rglob("*.parquet"))
+    info = {"rows": rows, "seed": seed, "files": len(parquet), "parquet_bytes": sum(p.stat().st_size for p in parquet),
+            "generate": res}
+    done.write_text(json.dumps(info, indent=2))
+    return folder, info
+
+
+def bench_n(rows: int, args: argparse.Namespace) -> dict[str, Any]:
+    data, info = ensure_data(args.workdir, rows, args.seed, args.regenerate)
+    month = next(data.rglob("month=10"))
+    glob = str(month / "*.parquet")
+    scratch = args.workdir / f"run-{rows}"
+    runs: dict[str, list[dict[str, Any]]] = {}
+    sizes: dict[str, int] = {}
+
+    def rec(stage: str, cmd: list[str]) -> dict[str, Any]:
+        r = run_timed(cmd, args.timeout)
+        runs.setdefault(stage, []).append(r)
+        flag = "" if r["rc"] == 0 else f"  FAILED rc={r['rc']}: {r.get('stderr', '')[-300:]}"
+        print(f"  N={rows:>11,} {stage:<18} wall {r['wall_s']:>8.2f} s  cpu {r['cpu_s']} s  rss {r['rss_mib']} MiB{flag}",
+              flush=True)
+        return r
+
+    for rep in range(args.repeat):
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        db = scratch / "store.duckdb"
+        rec("ingest", [CLI, "ingest", str(data), "--db", str(db), "--quiet"])
+        sizes["store_after_ingest"] = store_size(db)
+        rec("reingest_unchanged", [CLI, "ingest", str(data), "--db", str(db), "--quiet"])
+        rec("tag", [CLI, "tag", "--db", str(db), "--quiet"])
+        sizes["store_after_tag"] = store_size(db)
+        rec("report", [CLI, "report", "--db", str(db), "--format", "json", "--out", str(scratch / "report.json")])
+        rec("search", [CLI, "search", SEARCH_QUERY, "--db", str(db), "--format", "json"])
+        rec("export", [CLI, "export", "--db", str(db), "--by", "team", "--format", "csv",
+                       "--out", str(scratch / "teams.csv")])
+        audit_db = scratch / "audit.duckdb"
+        rec("audit", [CLI, "audit", str(data), "--db", str(audit_db), "--out", str(scratch / "audit-report"), "--quiet"])
+        sizes["store_after_audit"] = store_size(audit_db)
+        rec("floor_aggregate", [PY, "-c", FLOOR_AGGREGATE, glob])
+        floor_db = scratch / f"floor-{rep}.duckdb"
+        rec("floor_copy", [PY, "-c", FLOOR_COPY, glob, str(floor_db)])
+        sizes["floor_copy_db"] = store_size(floor_db)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    stages = {}
+    for stage, rs in runs.items():
+        ok = [r for r in rs if r["rc"] == 0]
+        stages[stage] = {
+            "median_wall_s": round(statistics.median(r["wall_s"] for r in ok), 2) if ok else None,
+            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in ok if r["cpu_s"] is not None), 2) if ok else None,
+            "peak_rss_mib": max((r["rss_mib"] for r in ok if r["rss_mib"] is not None), default=None),
+            "failures": len(rs) - len(ok),
+            "runs": rs,
+        }
+    audit, fc, fa = (stages[s]["median_wall_s"] for s in ("audit", "floor_copy", "floor_aggregate"))
+    return {
+        "rows": rows,
+        "input": {"files": info["files"], "parquet_bytes": info["parquet_bytes"], "generate": info["generate"]},
+        "stages": stages,
+        "sizes": sizes,
+        "ratios": {
+            "audit_over_floor_copy": round(audit / fc, 2) if audit and fc else None,
+            "audit_over_floor_aggregate": round(audit / fa, 2) if audit and fa else None,
+            "store_over_parquet": round(sizes["store_after_tag"] / info["parquet_bytes"], 2),
+            "store_after_ingest_over_parquet": round(sizes["store_after_ingest"] / info["parquet_bytes"], 2),
+            "reingest_over_ingest": (round(stages["reingest_unchanged"]["median_wall_s"] / stages["ingest"]["median_wall_s"], 3)
+                                     if stages["ingest"]["median_wall_s"] else None),
+        },
+    }
+
+
+CORE_STAGES = ("ingest", "reingest_unchanged", "tag", "report", "search", "export", "audit")
+
+
+def goals(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PASS/FAIL for the issue's goals, judged at the largest N measured (10M when run)."""
+    by_n = {r["rows"]: r for r in results}
+    big = by_n[max(by_n)]
+    small = by_n[min(by_n)]
+    st = big["stages"]
+
+    def peak(r: dict[str, Any]) -> float:
+        return max((r["stages"][s]["peak_rss_mib"] or 0) for s in CORE_STAGES)
+
+    def wall(s: str) -> float:
+        v = st[s]["median_wall_s"]
+        return float("inf") if v is None else v
+
+    n = f"{big['rows']:,}"
+    out = [
+        ("full audit within 3x the copy floor", big["ratios"]["audit_over_floor_copy"] or float("inf"), 3.0, f"x at N={n}"),
+        ("peak RSS < 2 GiB", peak(big), 2048.0, f"MiB at N={n}"),
+        ("store <= 1.5x input parquet", big["ratios"]["store_over_parquet"], 1.5, f"x at N={n}"),
+        ("search < 1 s", wall("search"), 1.0, f"s at N={n}"),
+        ("report < 5 s", wall("report"), 5.0, f"s at N={n}"),
+        ("export < 5 s", wall("export"), 5.0, f"s at N={n}"),
+        ("re-ingest unchanged < 5% of first ingest", (big["ratios"]["reingest_over_ingest"] or 1.0) * 100, 5.0, f"% at N={n}"),
+    ]
+    if big is not small:
+        ratio = peak(big) / max(peak(small), 1e-9)
+        out.insert(2, (f"peak RSS at {n} within 1.5x of {small['rows']:,}", round(ratio, 2), 1.5, "x"))
+    res = []
+    for name, value, limit, unit in out:
+        ok = value <= limit if "<=" in name or "within" in name else value < limit
+        res.append({"goal": name, "value": round(value, 3), "limit": limit, "unit": unit, "pass": bool(ok)})
+    return res
+
+
+def print_table(results: list[dict[str, Any]], goal_rows: list[dict[str, Any]]) -> None:
+    print()
+    print(f"{'stage':<20} {'N':>12} {'wall s':>9} {'CPU s':>9} {'peak RSS MiB':>13}")
+    for r in results:
+        for stage, s in r["stages"].items():
+            fail = f"  ({s['failures']} failed)" if s["failures"] else ""
+            print(f"{stage:<20} {r['rows']:>12,} {s['median_wall_s'] if s['median_wall_s'] is not None else '-':>9} "
+                  f"{s['median_cpu_s'] if s['median_cpu_s'] is not None else '-':>9} "
+                  f"{s['peak_rss_mib'] if s['peak_rss_mib'] is not None else '-':>13}{fail}")
+        ra, sz = r["ratios"], r["sizes"]
+        print(f"  N={r['rows']:,}: audit/floor-copy {ra['audit_over_floor_copy']}x, audit/floor-aggregate "
+              f"{ra['audit_over_floor_aggregate']}x; input parquet {r['input']['parquet_bytes'] / 2**20:,.0f} MiB "
+              f"({r['input']['files']} files), store after ingest {sz['store_after_ingest'] / 2**20:,.0f} MiB, "
+              f"after tag {sz['store_after_tag'] / 2**20:,.0f} MiB ({ra['store_over_parquet']}x), "
+              f"floor-copy db {sz['floor_copy_db'] / 2**20:,.0f} MiB; re-ingest/ingest {ra['reingest_over_ingest']}")
+    loads = [r.get("loadavg_before") for res in results for s in res["stages"].values() for r in s["runs"]]
+    loads = [x for x in loads if x is not None]
+    if loads and max(loads) > (os.cpu_count() or 1) * 0.75:
+        print(f"  note: the machine was busy (1-min load up to {max(loads):.1f} on {os.cpu_count()} CPUs): "
+              "wall times are inflated; compare CPU seconds")
+    print()
+    for g in goal_rows:
+        print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']} {g['unit']} (limit {g['limit']})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000], help="line counts N to measure")
+    ap.add_argument("--big", action="store_true", help="also measure N=30,000,000")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per stage (medians reported)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json", help="JSON results file")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "billing-audit-bench",
+                    help="scratch folder for the generated exports and stores (keep it outside the repository)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--regenerate", action="store_true", help="generate the exports again even if present")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds one stage may take")
+    args = ap.parse_args()
+    rows = sorted(set(args.rows + ([30_000_000] if args.big else [])))
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n in rows:
+        print(f"N = {n:,}", flush=True)
+        results.append(bench_n(n, args))
+    goal_rows = goals(results)
+    print_table(results, goal_rows)
+    import duckdb
+
+    doc = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "duckdb": duckdb.__version__,
+                    "platform": platform.platform()},
+        "repeat": args.repeat,
+        "search_query": SEARCH_QUERY,
+        "results": results,
+        "goals": goal_rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
