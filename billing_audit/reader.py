@@ -26,6 +26,8 @@ from billing_audit import formats as fm
 from billing_audit import schema
 from billing_audit.errors import InputError, UnknownFormatError
 
+NUMERIC_TYPES = {"DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT",
+                 "UINTEGER", "USMALLINT", "UTINYINT"}
 DATA_SUFFIXES = (".parquet", ".csv", ".csv.gz", ".zip", ".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz")
 
 MACROS = [
@@ -54,6 +56,10 @@ MACROS = [
           lambda e: lower(ba_ws(e.k))))),
         lambda key: {'key': key, 'value': ba_ws(list_filter(entries,
           lambda e: e.k IS NOT NULL AND lower(ba_ws(e.k)) = key AND e.v IS NOT NULL AND ba_ws(e.v) <> '')[1].v)})))""",
+    # the fast path when the keys are already normalised and unique (per-column tags: AWS legacy CUR)
+    """CREATE OR REPLACE TEMP MACRO ba_tags_unique(entries) AS (
+      map_from_entries(list_filter(list_transform(entries, lambda e: {'key': e.k, 'value': ba_ws(e.v)}),
+                                   lambda e: e.value IS NOT NULL AND e.value <> '')))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
         CASE WHEN s IS NULL OR trim(s) = '' OR trim(s) = '{}' THEN NULL
@@ -163,7 +169,7 @@ def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
         return f"read_parquet({p}, file_row_number=true)"
     if kind == "json":
         # sample the whole file: a key first seen late in a big export must not be dropped
-        return f"read_json({p}, format='auto', maximum_object_size=268435456, sample_size=-1)"
+        return f"read_json({p}, format='auto', maximum_object_size=67108864, sample_size=-1)"
     assert columns is not None, "CSV is read with the header's own column names"
     spec = ", ".join(f"{lit(c)}: 'VARCHAR'" for c in columns)
     return (
@@ -329,7 +335,13 @@ class MappedFile:
             if kind != fm.RAW and self.cols[actual] == "JSON":  # JSON readers type mixed scalars as JSON
                 ref = f"json_extract_string({ref}, '$')"
             if kind == fm.NUM:
-                expr = ref if self.cols[actual].startswith("DECIMAL") else f"ba_num({ref})"
+                typ = self.cols[actual]
+                if typ.startswith("DECIMAL"):
+                    expr = ref
+                elif typ in NUMERIC_TYPES:  # a direct cast: NaN/Inf still fail, and are diagnosed
+                    expr = f"CAST({ref} AS {schema.MONEY})"
+                else:
+                    expr = f"ba_num({ref})"
             elif kind == fm.TIME:
                 expr = f"CAST({ref} AS TIMESTAMP)" if self.cols[actual] == "TIMESTAMP" else f"ba_ts({ref})"
             elif kind == fm.TEXT:

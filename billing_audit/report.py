@@ -137,7 +137,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
                                         lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_job,
                  lower(trim(list_filter(list_transform($team_keys, lambda k: l.Tags[k]),
                                         lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_team,
-                 c.category, coalesce(c.categories, []) AS categories
+                 c.category, coalesce(list_contains(c.categories, 'interruption_signal'), false) AS signal
           FROM line_items l LEFT JOIN line_categories c USING (x_LineItemId)
           WHERE $period IS NULL OR strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period
         ),
@@ -163,7 +163,9 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
           LEFT JOIN ba_accounts acc2 ON acc2.account = b.BillingAccountId
         ),
         job_team AS (SELECT line_job, mode(line_team) AS team FROM attributed WHERE line_job IS NOT NULL GROUP BY 1)
-        SELECT a.*, coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
+        SELECT a.x_LineItemId, a.provider, a.currency, a.period, a.day, a.cps, a.cpe, a.ResourceId, a.cost, a.list_cost,
+               a.ConsumedQuantity, a.ConsumedUnit, a.PricingQuantity, a.PricingUnit, a.category, a.signal,
+               coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
                coalesce(CASE WHEN a.line_job IS NOT NULL THEN jt.team END, a.line_team, '{UNATTRIBUTED}') AS team
         FROM attributed a LEFT JOIN job_team jt ON jt.line_job = a.line_job
         """,
@@ -208,7 +210,7 @@ agg AS (
     coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
     sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
              THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fee_count,
-    count(*) FILTER (WHERE list_contains(categories, 'interruption_signal')) AS signal_count,
+    count(*) FILTER (WHERE signal) AS signal_count,
     count(*) FILTER (WHERE category = 'spot_compute' AND list_cost > cost) AS priced_spot_lines
   FROM ba_lines GROUP BY ALL
 )
@@ -390,7 +392,7 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
           SELECT job, provider, currency, day,
             sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
                      THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fees,
-            count(*) FILTER (WHERE list_contains(categories, 'interruption_signal')) AS signals,
+            count(*) FILTER (WHERE signal) AS signals,
             coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
                                                           'checkpoint_egress')), 0) AS overhead,
             bool_or(category = 'spot_compute') AS ran

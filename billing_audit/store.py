@@ -112,6 +112,14 @@ class IngestReport:
 Progress = Callable[[str, int], None]
 
 
+def configure(con: duckdb.DuckDBPyConnection) -> None:
+    """Session settings: UTC, no progress bar, bounded memory (spilling to disk beyond it), all cores."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", "2GB")])
+    con.execute("SET threads = ?", [int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))])
+
+
 def resolve_db(path: str | os.PathLike[str] | None) -> Path:
     return Path(path or os.environ.get("BILLING_AUDIT_DB") or DEFAULT_DB)
 
@@ -151,8 +159,7 @@ class Store:
                         "try again when it has finished (or raise BILLING_AUDIT_LOCK_TIMEOUT)"
                     ) from None
                 raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
-        self.con.execute("SET TimeZone = 'UTC'")
-        self.con.execute("SET enable_progress_bar = false")
+        configure(self.con)
         install_macros(self.con)
 
     # -- schema -----------------------------------------------------------------

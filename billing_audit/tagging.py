@@ -81,8 +81,9 @@ def sandbox(path: str) -> duckdb.DuckDBPyConnection:
             if time.monotonic() >= deadline:
                 raise BillingAuditError(f"{path}: the store is in use by another billing-audit process") from None
             time.sleep(0.2)
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")
+    from billing_audit.store import configure
+
+    configure(con)
     con.execute("SET lock_configuration = true")
     return con
 

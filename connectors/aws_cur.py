@@ -190,7 +190,8 @@ class CurLegacy(ExportFormat):
         tag_cols = sorted(c for c in cols if c.startswith("resource_tags_"))
         if tag_cols:
             entries = ", ".join(f"{{'k': {_key(c)}, 'v': \"{c}\"}}" for c in tag_cols)
-            tags = f"ba_tags([{entries}])"
+            unique = len({_key(c) for c in tag_cols}) == len(tag_cols)  # then no merging is needed
+            tags = f"{'ba_tags_unique' if unique else 'ba_tags'}([{entries}])"
         else:
             tags = "MAP {}::MAP(VARCHAR, VARCHAR)"
         return CUR_SELECT.format(
