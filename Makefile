@@ -3,18 +3,19 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints/ci.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' -c constraints/ci.txt
 	touch $@
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean bench
 demo: $(VENV)/.installed
 	rm -f demo.duckdb
 	$(BIN)/billing-audit audit fixtures/ --db demo.duckdb --out demo-report
 
 test: $(VENV)/.installed
+	bash .ci/peers
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed
@@ -23,3 +24,6 @@ lint: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) demo.duckdb demo-report
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/run.py --rows 1000000 10000000 --repeat 3 --out bench/results.json

@@ -116,7 +116,7 @@ def configure(con: duckdb.DuckDBPyConnection) -> None:
     """Session settings: UTC, no progress bar, bounded memory (spilling to disk beyond it), all cores."""
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", "2GB")])
+    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", "1536MB")])
     con.execute("SET threads = ?", [int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))])
 
 
