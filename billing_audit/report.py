@@ -28,9 +28,12 @@ import polars as pl
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
+from billing_audit.rules import CATEGORIES
 from billing_audit.store import PERIOD, Store
 
 UNATTRIBUTED = "(unattributed)"
+CATEGORY_LIST = "[" + ", ".join(f"'{c}'" for c in CATEGORIES) + "]"
+CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
 COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
 
 MONEY_FIELDS = [
@@ -137,8 +140,10 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
                                         lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_job,
                  lower(trim(list_filter(list_transform($team_keys, lambda k: l.Tags[k]),
                                         lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_team,
-                 c.category, coalesce(list_contains(c.categories, 'interruption_signal'), false) AS signal
-          FROM line_items l LEFT JOIN line_categories c USING (x_LineItemId)
+                 ({CATEGORY_LIST})[c.rank] AS category, coalesce(c.signal, false) AS signal
+          FROM line_items l LEFT JOIN (  -- each line's first category in precedence order (integers: fast)
+            SELECT x_LineItemId, min({CATEGORY_RANK}) AS rank, bool_or(category = 'interruption_signal') AS signal
+            FROM rule_hits GROUP BY x_LineItemId) c USING (x_LineItemId)
           WHERE $period IS NULL OR strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period
         ),
         res AS (  -- a resource's own tags, wherever its lines carry them
