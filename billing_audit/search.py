@@ -144,13 +144,16 @@ def search(
         f"'{i}:' || list_filter($t{i}, lambda a: contains(norm, a))[1]" for i in range(len(terms))
     )
     store.con.execute(
+        # distinct texts by their hash (one integer, not six strings), then the matching lines by that hash
         f"""CREATE OR REPLACE TEMP TABLE ba_search AS
-            SELECT {cols}, [{matched_words}] AS matched FROM (
-              SELECT {cols}, {_norm_sql()} AS norm FROM (SELECT DISTINCT {cols} FROM line_items WHERE {where}))
+            SELECT h, [{matched_words}] AS matched FROM (
+              SELECT h, {_norm_sql()} AS norm FROM (
+                SELECT hash({cols}) AS h, {", ".join(f"any_value({c}) AS {c}" for c in SEARCH_COLUMNS)}
+                FROM line_items WHERE {where} GROUP BY h))
             WHERE {cond}""",
         params,
     )
-    join = " AND ".join(f"l.{c} IS NOT DISTINCT FROM s.{c}" for c in SEARCH_COLUMNS)
+    join = f"hash({', '.join('l.' + c for c in SEARCH_COLUMNS)}) = s.h"
     fparams = {k: v for k, v in params.items() if not k.startswith("t")}
     lwhere = where.replace("ChargePeriodStart", "l.ChargePeriodStart").replace("x_Provider =", "l.x_Provider =")
     lwhere = lwhere.replace(f"strftime({PERIOD}", "strftime(" + PERIOD.replace("BillingPeriodStart", "l.BillingPeriodStart"))
