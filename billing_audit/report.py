@@ -112,7 +112,8 @@ def _like(pattern: str) -> str:
 
 
 def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str) -> None:
-    """ba_lines: one row per line item with its job, team, category and cost."""
+    """ba_lines: lines aggregated by job, team, provider, currency, day and category (spot lines also by
+    resource and charge period), with their job and team attributed."""
     a = cfg.attribution
     con.execute("CREATE OR REPLACE TEMP TABLE ba_map (pos INTEGER, pattern VARCHAR, job VARCHAR, team VARCHAR)")
     if cfg.resource_rows:
@@ -167,12 +168,31 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
           LEFT JOIN ba_accounts acc1 ON acc1.account = b.SubAccountId
           LEFT JOIN ba_accounts acc2 ON acc2.account = b.BillingAccountId
         ),
-        job_team AS (SELECT line_job, mode(line_team) AS team FROM attributed WHERE line_job IS NOT NULL GROUP BY 1)
-        SELECT a.x_LineItemId, a.provider, a.currency, a.period, a.day, a.cps, a.cpe, a.ResourceId, a.cost, a.list_cost,
-               a.ConsumedQuantity, a.ConsumedUnit, a.PricingQuantity, a.PricingUnit, a.category, a.signal,
-               coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
-               coalesce(CASE WHEN a.line_job IS NOT NULL THEN jt.team END, a.line_team, '{UNATTRIBUTED}') AS team
-        FROM attributed a LEFT JOIN job_team jt ON jt.line_job = a.line_job
+        job_team AS (SELECT line_job, mode(line_team) AS team FROM attributed WHERE line_job IS NOT NULL GROUP BY 1),
+        lines AS (
+          SELECT a.*, coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
+                 coalesce(CASE WHEN a.line_job IS NOT NULL THEN jt.team END, a.line_team, '{UNATTRIBUTED}') AS team,
+                 a.category = 'spot_compute' AS is_spot
+          FROM attributed a LEFT JOIN job_team jt ON jt.line_job = a.line_job
+        )
+        -- aggregated at once: one row per job, team, provider, currency, day and category, and per spot
+        -- resource and charge period (what spot hours and churn need); never a table of every line
+        SELECT job, team, provider, currency, day, category, signal,
+               CASE WHEN is_spot THEN ResourceId END AS ResourceId,
+               CASE WHEN is_spot THEN cps END AS cps, CASE WHEN is_spot THEN cpe END AS cpe,
+               count(*) AS n, sum(cost) AS cost, sum(list_cost) AS list_cost,
+               sum(CASE WHEN category = 'restart_fee' THEN
+                   CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
+                        THEN coalesce(ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
+               max(CASE WHEN is_spot AND cps IS NOT NULL AND cpe IS NOT NULL THEN
+                   least(epoch(cpe - cps) / 3600.0,
+                         CASE WHEN regexp_matches(lower(coalesce(PricingUnit, '')), '{HOUR_UNITS}')
+                              THEN CAST(PricingQuantity AS DOUBLE)
+                              WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{HOUR_UNITS}')
+                              THEN CAST(ConsumedQuantity AS DOUBLE)
+                              ELSE epoch(cpe - cps) / 3600.0 END) END) AS hours,
+               count(*) FILTER (WHERE is_spot AND list_cost > cost) AS priced
+        FROM lines GROUP BY ALL
         """,
         {"job_keys": [k.lower() for k in a.job_tag_keys] or [""],
          "team_keys": [k.lower() for k in a.team_tag_keys] or [""],
@@ -181,17 +201,10 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
 
 
 JOB_SQL = f"""
-WITH spot AS (
-  SELECT job, team, provider, currency, cps, cpe,
-         least(epoch(cpe - cps) / 3600.0,
-               CASE WHEN regexp_matches(lower(coalesce(PricingUnit, '')), '{HOUR_UNITS}') THEN CAST(PricingQuantity AS DOUBLE)
-                    WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{HOUR_UNITS}') THEN CAST(ConsumedQuantity AS DOUBLE)
-                    ELSE epoch(cpe - cps) / 3600.0 END) AS hours
-  FROM ba_lines WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL
-),
-spot_hours AS (
+WITH spot_hours AS (
   SELECT job, team, provider, currency, sum(h) AS spot_hours
-  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM spot GROUP BY ALL) GROUP BY ALL
+  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM ba_lines
+        WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL GROUP BY ALL) GROUP BY ALL
 ),
 res AS (  -- each spot resource's run: when it started and stopped
   SELECT job, team, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
@@ -206,17 +219,16 @@ churn AS (  -- a resource that stopped while the job ran on, and another that to
   GROUP BY ALL
 ),
 agg AS (
-  SELECT job, team, provider, currency, count(*) AS lines, sum(cost) AS total_cost,
+  SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
     coalesce(sum(list_cost) FILTER (WHERE category = 'spot_compute'), 0) AS on_demand_equivalent_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
     coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
     coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS storage_reread_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
-    sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
-             THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fee_count,
-    count(*) FILTER (WHERE signal) AS signal_count,
-    count(*) FILTER (WHERE category = 'spot_compute' AND list_cost > cost) AS priced_spot_lines
+    sum(fee_n) AS fee_count,
+    coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
+    sum(priced) AS priced_spot_lines
   FROM ba_lines GROUP BY ALL
 )
 SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
@@ -335,10 +347,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         daily=_daily(con, jobs_df),
         totals=_totals(con, jobs_df),
         warnings=warnings,
-        rules_fired=store.sql(
-            "SELECT h.rule_id, h.category, count(*) AS lines FROM rule_hits h "
-            "JOIN ba_lines b USING (x_LineItemId) GROUP BY ALL ORDER BY rule_id"
-        ),
+        rules_fired=_rules_fired(store, period),
         files=store.sql(
             "SELECT file, format, provider, periods, rows, status FROM ingest_log ORDER BY ingest_id, file"
         ),
@@ -395,9 +404,8 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
         f"""
         WITH d AS (
           SELECT job, provider, currency, day,
-            sum(CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
-                     THEN coalesce(ConsumedQuantity, 1) ELSE 1 END) FILTER (WHERE category = 'restart_fee') AS fees,
-            count(*) FILTER (WHERE signal) AS signals,
+            sum(fee_n) AS fees,
+            coalesce(sum(n) FILTER (WHERE signal), 0) AS signals,
             coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
                                                           'checkpoint_egress')), 0) AS overhead,
             bool_or(category = 'spot_compute') AS ran
@@ -439,6 +447,17 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
         .alias("spike")
     )
     return df.drop(["ran", "median"])
+
+
+def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:
+    if period is None:
+        return store.sql("SELECT rule_id, category, count(*) AS lines FROM rule_hits GROUP BY ALL ORDER BY rule_id")
+    return store.sql(
+        "SELECT h.rule_id, h.category, count(*) AS lines FROM rule_hits h JOIN line_items l USING (x_LineItemId) "
+        f"WHERE strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period "
+        "GROUP BY ALL ORDER BY rule_id",
+        {"period": period},
+    )
 
 
 def store_periods(store: Store) -> list[str]:
