@@ -10,7 +10,6 @@ import importlib
 
 import click
 
-
 PROVIDERS = ("aws", "azure", "gcp")
 
 

@@ -200,24 +200,28 @@ def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, ba
     )
 
 
-JOB_SQL = f"""
-WITH spot_hours AS (
-  SELECT job, team, provider, currency, sum(h) AS spot_hours
-  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM ba_lines
-        WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL GROUP BY ALL) GROUP BY ALL
-),
-res AS (  -- each spot resource's run: when it started and stopped
+# Each spot resource's run (when it started and stopped), and the resources that stopped while their
+# job ran on with another taking over within 6 hours: the churn that infers interruptions.
+CHURN_CTES = f"""res AS (
   SELECT job, team, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
   FROM ba_lines WHERE category = 'spot_compute' AND ResourceId IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
 ),
-churn AS (  -- a resource that stopped while the job ran on, and another that took over
+churn AS (
   SELECT a.job, a.team, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n
   FROM res a
   WHERE a.e < (SELECT max(z.e) FROM res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
     AND EXISTS (SELECT 1 FROM res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
                 AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
   GROUP BY ALL
+)"""
+
+JOB_SQL = f"""
+WITH spot_hours AS (
+  SELECT job, team, provider, currency, sum(h) AS spot_hours
+  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM ba_lines
+        WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL GROUP BY ALL) GROUP BY ALL
 ),
+{CHURN_CTES},
 agg AS (
   SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
@@ -358,9 +362,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
     money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost"}
     schema: dict[str, Any] = {}
     for c in columns:
-        if c in money:
-            schema[c] = pl.Decimal(38, 12)
-        elif c == "interruptions":
+        if c in money or c == "interruptions":
             schema[c] = pl.Decimal(38, 12)
         elif c in ("savings_eroded_pct", "spot_hours"):
             schema[c] = pl.Float64
@@ -411,18 +413,10 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
             bool_or(category = 'spot_compute') AS ran
           FROM ba_lines WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
         ),
-        res AS (
-          SELECT job, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
-          FROM ba_lines WHERE category = 'spot_compute' AND ResourceId IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
-        ),
-        churn AS (
-          SELECT a.job, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n FROM res a
-          WHERE a.e < (SELECT max(z.e) FROM res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
-            AND EXISTS (SELECT 1 FROM res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
-                        AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
-          GROUP BY ALL
-        )
-        SELECT d.*, coalesce(c.n, 0) AS churn FROM d LEFT JOIN churn c USING (job, provider, currency, day)
+        {CHURN_CTES}
+        SELECT d.*, coalesce(c.n, 0) AS churn FROM d
+        LEFT JOIN (SELECT job, provider, currency, day, sum(n) AS n FROM churn GROUP BY ALL) c
+          USING (job, provider, currency, day)
         ORDER BY job, provider, currency, day
         """
     ).fetchall()

@@ -8,6 +8,7 @@ as it was before it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -271,7 +272,7 @@ class Store:
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
                             con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid
-                            if isinstance(e, duckdb.IOException) and "No space" in str(e) or "File too large" in str(e):
+                            if any(w in str(e) for w in ("No space left", "File too large")):  # disk full
                                 raise BillingAuditError(f"{self.path}: writing the store failed ({e}); "
                                                         "nothing of this delivery was stored") from None
                             raise diagnose(con, mf, e) from None
@@ -300,10 +301,8 @@ class Store:
             self._remember_files(d)
             con.execute("COMMIT")
         except BaseException:
-            try:
+            with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
             raise
         report.replaced_rows += replaced
         report.files.extend(results)

@@ -15,6 +15,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
+import billing_audit
+from billing_audit.cli import main
+from billing_audit.config import load_config
+from billing_audit.report import build_report
+from connectors import azure_pull as ap
 from peers_azure import (
     ACCOUNT,
     DEV_KEY,
@@ -25,12 +31,6 @@ from peers_azure import (
     connection_string,
     seed,
 )
-
-import billing_audit
-from billing_audit.cli import main
-from billing_audit.config import load_config
-from billing_audit.report import build_report
-from connectors import azure_pull as ap
 from support import FIXTURES
 
 pytestmark = pytest.mark.slow
