@@ -28,13 +28,8 @@ import polars as pl
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rules import CATEGORIES
+from billing_audit.rollup import COST_BASES, UNATTRIBUTED, prepare
 from billing_audit.store import PERIOD, Store
-
-UNATTRIBUTED = "(unattributed)"
-CATEGORY_LIST = "[" + ", ".join(f"'{c}'" for c in CATEGORIES) + "]"
-CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
-COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
 
 MONEY_FIELDS = [
     "spot_compute_cost",
@@ -54,8 +49,6 @@ JOB_FIELDS = [
     *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
 ]
 JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost"]
-COUNTABLE_UNIT = r"restart|interrupt|eviction|preemption|count|each|event|occurrence|^1$|^$"
-HOUR_UNITS = r"^(hrs?|hours?|1 hours?|100 hours|h|hour)$"
 
 
 @dataclass
@@ -96,132 +89,19 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
     return [{k: _round(v) for k, v in row.items()} for row in df.iter_rows(named=True)]
 
 
-def _like(pattern: str) -> str:
-    """A resource-map pattern (* and ?) as a LIKE pattern with \\ escapes."""
-    out = []
-    for ch in pattern:
-        if ch in "%_\\":
-            out.append("\\" + ch)
-        elif ch == "*":
-            out.append("%")
-        elif ch == "?":
-            out.append("_")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str) -> None:
-    """ba_lines: lines aggregated by job, team, provider, currency, day and category (spot lines also by
-    resource and charge period), with their job and team attributed."""
-    a = cfg.attribution
-    con.execute("CREATE OR REPLACE TEMP TABLE ba_map (pos INTEGER, pattern VARCHAR, job VARCHAR, team VARCHAR)")
-    if cfg.resource_rows:
-        con.executemany(
-            "INSERT INTO ba_map VALUES (?, ?, ?, ?)",
-            [[i, _like(r["resource"]), r["job"].strip().lower() or None, r["team"].strip().lower() or None]
-             for i, r in enumerate(cfg.resource_rows)],
-        )
-    con.execute("CREATE OR REPLACE TEMP TABLE ba_accounts (account VARCHAR, team VARCHAR)")
-    if a.account_teams:
-        con.executemany("INSERT INTO ba_accounts VALUES (?, ?)",
-                        [[k, v.strip().lower()] for k, v in a.account_teams.items()])
-    cost = COST_BASES[basis]
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE ba_lines AS
-        WITH base AS (
-          SELECT l.x_LineItemId, l.x_Provider AS provider, coalesce(l.BillingCurrency, '?') AS currency,
-                 strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') AS period,
-                 CAST(l.ChargePeriodStart AS DATE) AS day, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
-                 l.ResourceId, l.ResourceName, l.SubAccountId, l.BillingAccountId,
-                 coalesce(l."{cost}", 0) AS cost, coalesce(l.ListCost, 0) AS list_cost,
-                 l.ConsumedQuantity, l.ConsumedUnit, l.PricingQuantity, l.PricingUnit,
-                 lower(trim(list_filter(list_transform($job_keys, lambda k: l.Tags[k]),
-                                        lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_job,
-                 lower(trim(list_filter(list_transform($team_keys, lambda k: l.Tags[k]),
-                                        lambda v: v IS NOT NULL AND trim(v) <> '')[1])) AS tag_team,
-                 ({CATEGORY_LIST})[c.rank] AS category, coalesce(c.signal, false) AS signal
-          FROM line_items l LEFT JOIN (  -- each line's first category in precedence order (integers: fast)
-            SELECT x_LineItemId, min({CATEGORY_RANK}) AS rank, bool_or(category = 'interruption_signal') AS signal
-            FROM rule_hits GROUP BY x_LineItemId) c USING (x_LineItemId)
-          WHERE $period IS NULL OR strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period
-        ),
-        res AS (  -- a resource's own tags, wherever its lines carry them
-          SELECT provider, ResourceId, mode(tag_job) AS r_job, mode(tag_team) AS r_team
-          FROM base WHERE ResourceId IS NOT NULL GROUP BY ALL
-        ),
-        names AS (SELECT DISTINCT ResourceId, ResourceName FROM base WHERE ResourceId IS NOT NULL OR ResourceName IS NOT NULL),
-        mapped AS (
-          SELECT n.ResourceId, n.ResourceName, arg_min(m.job, m.pos) AS m_job, arg_min(m.team, m.pos) AS m_team
-          FROM names n JOIN ba_map m
-            ON n.ResourceId LIKE m.pattern ESCAPE '\\' OR n.ResourceName LIKE m.pattern ESCAPE '\\'
-          GROUP BY ALL
-        ),
-        attributed AS (
-          SELECT b.*, coalesce(b.tag_job, r.r_job, mp.m_job) AS line_job,
-                 coalesce(b.tag_team, r.r_team, mp.m_team, acc1.team, acc2.team) AS line_team
-          FROM base b
-          LEFT JOIN res r ON r.provider = b.provider AND r.ResourceId = b.ResourceId
-          LEFT JOIN mapped mp ON mp.ResourceId IS NOT DISTINCT FROM b.ResourceId
-                             AND mp.ResourceName IS NOT DISTINCT FROM b.ResourceName
-          LEFT JOIN ba_accounts acc1 ON acc1.account = b.SubAccountId
-          LEFT JOIN ba_accounts acc2 ON acc2.account = b.BillingAccountId
-        ),
-        job_team AS (SELECT line_job, mode(line_team) AS team FROM attributed WHERE line_job IS NOT NULL GROUP BY 1),
-        lines AS (
-          SELECT a.*, coalesce(a.line_job, '{UNATTRIBUTED}') AS job,
-                 coalesce(CASE WHEN a.line_job IS NOT NULL THEN jt.team END, a.line_team, '{UNATTRIBUTED}') AS team,
-                 a.category = 'spot_compute' AS is_spot
-          FROM attributed a LEFT JOIN job_team jt ON jt.line_job = a.line_job
-        )
-        -- aggregated at once: one row per job, team, provider, currency, day and category, and per spot
-        -- resource and charge period (what spot hours and churn need); never a table of every line
-        SELECT job, team, provider, currency, day, category, signal,
-               CASE WHEN is_spot THEN ResourceId END AS ResourceId,
-               CASE WHEN is_spot THEN cps END AS cps, CASE WHEN is_spot THEN cpe END AS cpe,
-               count(*) AS n, sum(cost) AS cost, sum(list_cost) AS list_cost,
-               sum(CASE WHEN category = 'restart_fee' THEN
-                   CASE WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{COUNTABLE_UNIT}')
-                        THEN coalesce(ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
-               max(CASE WHEN is_spot AND cps IS NOT NULL AND cpe IS NOT NULL THEN
-                   least(epoch(cpe - cps) / 3600.0,
-                         CASE WHEN regexp_matches(lower(coalesce(PricingUnit, '')), '{HOUR_UNITS}')
-                              THEN CAST(PricingQuantity AS DOUBLE)
-                              WHEN regexp_matches(lower(coalesce(ConsumedUnit, '')), '{HOUR_UNITS}')
-                              THEN CAST(ConsumedQuantity AS DOUBLE)
-                              ELSE epoch(cpe - cps) / 3600.0 END) END) AS hours,
-               count(*) FILTER (WHERE is_spot AND list_cost > cost) AS priced
-        FROM lines GROUP BY ALL
-        """,
-        {"job_keys": [k.lower() for k in a.job_tag_keys] or [""],
-         "team_keys": [k.lower() for k in a.team_tag_keys] or [""],
-         "period": period},
-    )
-
-
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
 # job ran on with another taking over within 6 hours: the churn that infers interruptions.
-CHURN_CTES = f"""res AS (
-  SELECT job, team, provider, currency, ResourceId, min(cps) AS s, max(cpe) AS e
-  FROM ba_lines WHERE category = 'spot_compute' AND ResourceId IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
-),
-churn AS (
+CHURN_CTES = """churn AS (
   SELECT a.job, a.team, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n
-  FROM res a
-  WHERE a.e < (SELECT max(z.e) FROM res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
-    AND EXISTS (SELECT 1 FROM res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
+  FROM ba_spot_res a
+  WHERE a.e < (SELECT max(z.e) FROM ba_spot_res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
+    AND EXISTS (SELECT 1 FROM ba_spot_res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
                 AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
   GROUP BY ALL
 )"""
 
 JOB_SQL = f"""
-WITH spot_hours AS (
-  SELECT job, team, provider, currency, sum(h) AS spot_hours
-  FROM (SELECT job, team, provider, currency, cps, cpe, max(hours) AS h FROM ba_lines
-        WHERE category = 'spot_compute' AND cps IS NOT NULL AND cpe IS NOT NULL GROUP BY ALL) GROUP BY ALL
-),
-{CHURN_CTES},
+WITH {CHURN_CTES},
 agg AS (
   SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
@@ -233,12 +113,12 @@ agg AS (
     sum(fee_n) AS fee_count,
     coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
     sum(priced) AS priced_spot_lines
-  FROM ba_lines GROUP BY ALL
+  FROM ba_agg GROUP BY ALL
 )
 SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
        coalesce((SELECT sum(n) FROM churn c WHERE c.job = agg.job AND c.team = agg.team AND c.provider = agg.provider
                  AND c.currency = agg.currency), 0) AS churn_count
-FROM agg LEFT JOIN spot_hours sh USING (job, team, provider, currency)
+FROM agg LEFT JOIN ba_spot_hours sh USING (job, team, provider, currency)
 """
 
 
@@ -308,7 +188,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
         con.execute(LINE_CATEGORY_VIEW)
     warnings = _staleness(con)
-    _prepare(con, cfg, period, cost_basis)
+    prepare(con, cfg, period, cost_basis)
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
             for cur in [con.execute(JOB_SQL)] for r in cur.fetchall()]
     jobs = []
@@ -411,7 +291,7 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
             coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
                                                           'checkpoint_egress')), 0) AS overhead,
             bool_or(category = 'spot_compute') AS ran
-          FROM ba_lines WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
+          FROM ba_agg WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
         ),
         {CHURN_CTES}
         SELECT d.*, coalesce(c.n, 0) AS churn FROM d

@@ -389,6 +389,10 @@ class Store:
                     r.rows = 0
         if kept == 0:
             con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
+        if kept or replaced:  # the report's line groups no longer describe the lines
+            from billing_audit.rollup import drop_groups
+
+            drop_groups(con)
         if replaced and self._has_table("rule_hits"):  # hits of lines that are gone go with them
             con.execute("DELETE FROM rule_hits WHERE x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
         gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"

@@ -22,6 +22,7 @@ import duckdb
 from sqlglot import exp
 
 from billing_audit.errors import BillingAuditError
+from billing_audit.rollup import build_groups
 from billing_audit.rules import CATEGORIES, Rule, RuleError
 
 RULE_TABLES = [
@@ -256,6 +257,11 @@ def run_rules(
             [run_id, datetime.now(UTC).replace(tzinfo=None), [r.id for r in rules],
              repr(sorted(params.items())), result.hits],
         )
+        try:  # the report's line groups, from every rule's hits (not only this run's)
+            build_groups(con, run_id)
+        except duckdb.InterruptException:
+            raise BillingAuditError(f"grouping the tagged lines ran longer than {timeout:g} s and was stopped "
+                                    "(BILLING_AUDIT_RULE_TIMEOUT)") from None
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

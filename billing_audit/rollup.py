@@ -1,0 +1,247 @@
+"""The report's heavy work: lines grouped once, then attributed and aggregated on small tables.
+
+A report needs, per line: the resource, accounts and tags that attribution looks at, the day,
+the category, and (for spot compute) the charge period.  Millions of lines share far fewer of
+those combinations, so the work is done in three steps:
+
+1. **Groups** (``line_groups``, ``line_group_keys``): one scan of ``line_items`` grouped by an
+   *attribution key* (provider, currency, resource id and name, sub and billing account, the whole
+   tag map), billing period, day, category and interruption signal; spot compute also by charge
+   period.  The key is carried as a 64-bit hash with the key's columns kept once per hash in
+   ``line_group_keys``; a second hash over the columns in reverse order proves there is no
+   collision (a collision, never seen in practice, stops the report with a message rather than
+   merging two keys).  Groups depend only on the lines and the rule hits, not on the config, so
+   ``tag`` builds them once and ``report``/``export`` start from them; ingest drops them when
+   lines change.
+2. **Attribution** (``ba_attr``), on the distinct keys: the key's job and team tag, else the tag
+   most of the resource's lines carry, else the first matching resource-map row, else the account
+   map; a job's team is the team most of its lines carry (ties: alphabetical).
+3. **Aggregates** (``ba_agg`` per job, team, provider, currency, day and category;
+   ``ba_spot_hours`` per job; ``ba_spot_res`` per spot resource): small whatever the bill's size.
+
+The attribution and aggregate SQL sticks to constructs every engine shares (CASE, COALESCE,
+ROW_NUMBER, explicit GROUP BY), so other engines can run the same steps.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from billing_audit.config import Config
+from billing_audit.errors import BillingAuditError
+from billing_audit.rules import CATEGORIES
+
+UNATTRIBUTED = "(unattributed)"
+COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
+COUNTABLE_UNIT = r"restart|interrupt|eviction|preemption|count|each|event|occurrence|^1$|^$"
+HOUR_UNITS = r"^(hrs?|hours?|1 hours?|100 hours|h|hour)$"
+CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
+SPOT_RANK = CATEGORIES.index("spot_compute") + 1
+FEE_RANK = CATEGORIES.index("restart_fee") + 1
+
+KEY_COLUMNS = ["x_Provider", "BillingCurrency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "Tags"]
+KEY_HASH = "hash(" + ", ".join(f"l.{c}" for c in KEY_COLUMNS) + ")"
+KEY_HASH2 = "hash(" + ", ".join(f"l.{c}" for c in reversed(KEY_COLUMNS)) + ")"
+
+# each tagged line's category as its precedence rank (1 = first in CATEGORIES) and its signal flag
+RANKS_SQL = (f"(SELECT x_LineItemId, min({CATEGORY_RANK}) AS rank, bool_or(category = 'interruption_signal') AS signal "
+             "FROM rule_hits GROUP BY x_LineItemId)")
+
+
+def _span(t: str = "l") -> str:
+    return f"date_diff('second', {t}.ChargePeriodStart, {t}.ChargePeriodEnd) / 3600.0"
+
+
+def groups_sql(ranks: str = RANKS_SQL) -> str:
+    """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period."""
+    spot, fee = f"c.rank = {SPOT_RANK}", f"c.rank = {FEE_RANK}"
+    hours = (f"CASE WHEN regexp_matches(lower(coalesce(l.PricingUnit, '')), '{HOUR_UNITS}') "
+             "THEN CAST(l.PricingQuantity AS DOUBLE) "
+             f"WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{HOUR_UNITS}') "
+             f"THEN CAST(l.ConsumedQuantity AS DOUBLE) ELSE {_span()} END")
+    priced = "sum(CASE WHEN {spot} AND coalesce(l.ListCost, 0) > coalesce(l.{c}, 0) THEN 1 ELSE 0 END)"
+    return f"""
+SELECT {KEY_HASH} AS h, l.BillingPeriodStart AS bps, CAST(l.ChargePeriodStart AS DATE) AS day,
+       c.rank AS rank, coalesce(c.signal, false) AS signal,
+       CASE WHEN {spot} THEN l.ChargePeriodStart END AS cps, CASE WHEN {spot} THEN l.ChargePeriodEnd END AS cpe,
+       count(*) AS n,
+       sum(coalesce(l.EffectiveCost, 0)) AS effective, sum(coalesce(l.BilledCost, 0)) AS billed,
+       sum(coalesce(l.ListCost, 0)) AS list,
+       sum(CASE WHEN {fee} THEN CASE WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{COUNTABLE_UNIT}')
+                                     THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
+       max(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
+                THEN least({_span()}, {hours}) END) AS hours,
+       {priced.format(spot=spot, c="EffectiveCost")} AS priced_effective,
+       {priced.format(spot=spot, c="BilledCost")} AS priced_billed
+FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId
+GROUP BY 1, 2, 3, 4, 5, 6, 7"""
+
+
+KEYS_SQL = f"""
+SELECT {KEY_HASH} AS h, any_value(l.x_Provider) AS provider, coalesce(any_value(l.BillingCurrency), '?') AS currency,
+       any_value(l.ResourceId) AS ResourceId, any_value(l.ResourceName) AS ResourceName,
+       any_value(l.SubAccountId) AS SubAccountId, any_value(l.BillingAccountId) AS BillingAccountId,
+       any_value(l.Tags) AS Tags, min({KEY_HASH2}) AS h2_lo, max({KEY_HASH2}) AS h2_hi
+FROM line_items l GROUP BY 1"""
+
+
+def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False) -> tuple[str, str]:
+    """Write step 1's tables (as the store's ``line_groups``/``line_group_keys``, or as temp tables when
+    ``temp``); returns their names.  Call inside the caller's transaction."""
+    groups, keys = ("ba_line_groups", "ba_line_group_keys") if temp else ("line_groups", "line_group_keys")
+    kind = "TEMP TABLE" if temp else "TABLE"
+    con.execute(f"CREATE OR REPLACE {kind} {keys} AS {KEYS_SQL}")
+    row = con.execute(f"SELECT count(*) FROM {keys} WHERE h2_lo <> h2_hi").fetchone()
+    if row and row[0]:
+        raise BillingAuditError("two different attribution keys hashed alike; please report this (the store is unchanged)")
+    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql()}")
+    if not temp:
+        con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
+                    "(SELECT count(*) FROM line_items) AS lines", [run_id])
+    return groups, keys
+
+
+def drop_groups(con: duckdb.DuckDBPyConnection) -> None:
+    """Lines changed: the groups no longer describe them."""
+    for t in ("line_groups", "line_group_keys", "line_groups_meta"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
+    """The stored groups, when they were built by the last tag run over exactly the lines stored now."""
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+        "AND table_name IN ('line_groups', 'line_group_keys', 'line_groups_meta', 'tag_runs')").fetchall()}
+    if len(have) < 4:
+        return None
+    row = con.execute("SELECT (SELECT run_id FROM line_groups_meta) = (SELECT max(run_id) FROM tag_runs) "
+                      "AND (SELECT lines FROM line_groups_meta) = (SELECT count(*) FROM line_items)").fetchone()
+    return ("line_groups", "line_group_keys") if row and row[0] else None
+
+
+# -- steps 2 and 3: portable SQL over the groups --------------------------------------------------------------
+
+def lit(v: str | None) -> str:
+    """A SQL string literal (or NULL) that reads the same in every engine's dialect."""
+    return "NULL" if v is None else "'" + v.replace("'", "''") + "'"
+
+
+def like_pattern(pattern: str) -> str:
+    """A resource-map pattern (* and ?) as a LIKE pattern with \\ escapes."""
+    out = []
+    for ch in pattern:
+        if ch in "%_\\":
+            out.append("\\" + ch)
+        elif ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def first_tag(keys: list[str], tags: str = "k.Tags") -> str:
+    """The first non-blank value among the tag keys, trimmed and lower-cased (tag keys are stored lower-case)."""
+    parts = [f"NULLIF(TRIM({tags}[{lit(k.lower())}]), '')" for k in keys]
+    if not parts:
+        return "CAST(NULL AS VARCHAR)"
+    return f"LOWER({parts[0] if len(parts) == 1 else 'COALESCE(' + ', '.join(parts) + ')'})"
+
+
+def period_filter(period: str | None, column: str = "g.bps") -> str:
+    """Billing month `period` (YYYY-MM) as a range on the billing period start (the month it mostly covers)."""
+    if period is None:
+        return "TRUE"
+    y, m = (int(x) for x in period.split("-"))
+    ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
+    return (f"{column} >= DATE '{y:04d}-{m:02d}-01' - INTERVAL 14 DAY "
+            f"AND {column} < DATE '{ny:04d}-{nm:02d}-01' - INTERVAL 14 DAY")
+
+
+def _mode(value: str, part: str, source: str) -> str:
+    """The value most of `source`'s lines carry per `part` (ties: the alphabetically first), skipping NULLs."""
+    return f"""SELECT {part}, {value} FROM (
+    SELECT {part}, {value}, ROW_NUMBER() OVER (PARTITION BY {part} ORDER BY SUM(n) DESC, {value}) AS rn
+    FROM {source} WHERE {value} IS NOT NULL GROUP BY {part}, {value}) t
+  WHERE rn = 1"""
+
+
+def attribution_sql(cfg: Config, groups: str, keys: str, period: str | None) -> str:
+    """Step 2: (h, job, team) for every key that has lines in the period."""
+    a = cfg.attribution
+    accounts = " ".join(f"WHEN {lit(k)} THEN {lit(v.strip().lower())}" for k, v in a.account_teams.items())
+
+    def acc(col: str) -> str:
+        return f"CASE {col} {accounts} END" if accounts else "CAST(NULL AS VARCHAR)"
+
+    def mapped(field: str) -> str:  # the first matching row decides, even when its field is blank
+        whens = []
+        for r in cfg.resource_rows:
+            pat = lit(like_pattern(r["resource"]))
+            whens.append(f"WHEN k.ResourceId LIKE {pat} ESCAPE '\\' OR k.ResourceName LIKE {pat} ESCAPE '\\' "
+                         f"THEN {lit(r[field].strip().lower() or None)}")
+        return ("CASE " + " ".join(whens) + " END") if whens else "CAST(NULL AS VARCHAR)"
+
+    return f"""
+WITH keyed AS (
+  SELECT k.h, k.provider, k.currency, k.ResourceId, k.ResourceName, k.SubAccountId, k.BillingAccountId,
+         {first_tag(a.job_tag_keys)} AS tag_job, {first_tag(a.team_tag_keys)} AS tag_team, p.n
+  FROM {keys} k JOIN (SELECT g.h, SUM(g.n) AS n FROM {groups} g WHERE {period_filter(period)} GROUP BY g.h) p
+    ON p.h = k.h),
+res_job AS ({_mode("tag_job", "provider, ResourceId", "keyed")}),
+res_team AS ({_mode("tag_team", "provider, ResourceId", "keyed")}),
+lined AS (
+  SELECT k.h, k.n, COALESCE(k.tag_job, rj.tag_job, {mapped("job")}) AS line_job,
+         COALESCE(k.tag_team, rt.tag_team, {mapped("team")}, {acc("k.SubAccountId")}, {acc("k.BillingAccountId")})
+           AS line_team
+  FROM keyed k
+  LEFT JOIN res_job rj ON rj.provider = k.provider AND rj.ResourceId = k.ResourceId
+  LEFT JOIN res_team rt ON rt.provider = k.provider AND rt.ResourceId = k.ResourceId),
+job_team AS ({_mode("line_team", "line_job", "(SELECT * FROM lined WHERE line_job IS NOT NULL) lj")})
+SELECT k.h, COALESCE(k.line_job, '{UNATTRIBUTED}') AS job,
+       COALESCE(CASE WHEN k.line_job IS NOT NULL THEN jt.line_team END, k.line_team, '{UNATTRIBUTED}') AS team
+FROM lined k LEFT JOIN job_team jt ON jt.line_job = k.line_job"""
+
+
+def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> list[tuple[str, str]]:
+    """Step 3: ba_agg, ba_spot_hours and ba_spot_res from the groups and ``ba_attr``."""
+    if basis not in COST_BASES:
+        raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
+    cost = basis
+    priced = "0" if basis == "list" else f"g.priced_{basis}"
+    cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
+    joined = (f"{groups} g JOIN ba_attr t ON t.h = g.h JOIN {keys} k ON k.h = g.h WHERE {period_filter(period)}")
+    return [
+        ("ba_agg", f"""
+SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
+       {cat} AS category, g.signal AS signal, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.list) AS list_cost,
+       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced
+FROM {joined}
+GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal"""),
+        ("ba_spot_hours", f"""
+SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
+  SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, MAX(g.hours) AS hm
+  FROM {joined} AND g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND g.cpe IS NOT NULL
+  GROUP BY t.job, t.team, k.provider, k.currency, g.cps, g.cpe) s
+GROUP BY job, team, provider, currency"""),
+        ("ba_spot_res", f"""
+SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, k.ResourceId AS ResourceId,
+       MIN(g.cps) AS s, MAX(g.cpe) AS e
+FROM {joined} AND g.rank = {SPOT_RANK} AND k.ResourceId IS NOT NULL AND t.job <> '{UNATTRIBUTED}'
+GROUP BY t.job, t.team, k.provider, k.currency, k.ResourceId"""),
+    ]
+
+
+def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str) -> bool:
+    """Steps 1-3 as temp tables on `con`; step 1 from the stored groups when current.  Returns whether the
+    stored groups were used."""
+    stored = current_groups(con)
+    groups, keys = stored or build_groups(con, 0, temp=True)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {attribution_sql(cfg, groups, keys, period)}")
+    for name, sql in aggregate_steps(groups, keys, period, basis):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
+    if not stored:
+        con.execute("DROP TABLE IF EXISTS ba_line_groups")
+        con.execute("DROP TABLE IF EXISTS ba_line_group_keys")
+    return stored is not None
