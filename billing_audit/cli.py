@@ -218,6 +218,17 @@ def _typed_params(rules: list[Any], raw: dict[str, str]) -> dict[str, Any]:
     return typed
 
 
+def engine_options(f: Any) -> Any:
+    """--engine and its settings: where rules, attribution and aggregation run (README: Scaling out)."""
+    f = click.option("--spark-lines", metavar="PATH|TABLE",
+                     help="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
+                          "lines, written next to it by `billing-audit lines-export`).")(f)
+    f = click.option("--spark-master", default="local[*]", show_default=True, help="Spark: the master URL.")(f)
+    f = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+                     help="Where the heavy work runs; only aggregates come back into the store.")(f)
+    return f
+
+
 @main.command()
 @db_option
 @rules_option
@@ -227,9 +238,11 @@ def _typed_params(rules: list[Any], raw: dict[str, str]) -> dict[str, Any]:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Config file (checkpoint tags and storage); default ./billing-audit.toml when present.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@engine_options
 @handle_errors
 def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
-        params: tuple[str, ...], config_path: str | None, quiet: bool) -> None:
+        params: tuple[str, ...], config_path: str | None, quiet: bool, engine: str, spark_master: str,
+        spark_lines: str | None) -> None:
     """Run the rules over the store and record what they match in rule_hits.
 
     Re-tagging replaces the earlier hits of the rules that run: never duplicates.
@@ -239,6 +252,7 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
       billing-audit tag                                  # the built-in pack
       billing-audit tag --select restart_fee             # one category
       billing-audit tag --rules team-rules/ --param min_cost=0.01
+      billing-audit tag --engine spark --spark-lines s3a://billing/lines/
     """
     from pathlib import Path
 
@@ -250,6 +264,26 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
     from billing_audit.config import load_config
 
     cfg = load_config(config_path)
+    if engine != "duckdb":  # the rules (and the aggregation) run on the engine; hit counts come back
+        from billing_audit.engines import run_engine
+
+        checkpoint = cfg.checkpoint_settings()
+        merged = {**store_params(chosen, checkpoint), **typed}
+        with billing_audit.open(db) as store:
+            run_id = run_engine(store, engine, chosen, cfg, None, "effective", merged, checkpoint,
+                                spark_master=spark_master, spark_lines=spark_lines)
+            counts = dict(store.con.execute(
+                "SELECT rule_id, n FROM engine_results WHERE run_id = ? AND kind = 'rule'", [run_id]).fetchall())
+        if not quiet:
+            table = Table(title=f"{engine} run {run_id}")
+            for col in ("rule", "category", "lines"):
+                table.add_column(col, justify="right" if col == "lines" else "left")
+            for r in chosen:
+                table.add_row(f"{r.id} {r.name}", r.category, f"{int(counts.get(r.id, 0)):,}")
+            out.print(table)
+            err.print(f"{sum(int(v) for v in counts.values()):,} hits from {len(chosen)} rules on {engine}; "
+                      f"aggregates stored as engine run {run_id}", markup=False)
+        return
     with billing_audit.open(db) as store:
         result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
     if quiet:
@@ -393,6 +427,36 @@ basis_option = click.option(
 )
 
 
+def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine: str, spark_master: str,
+                   spark_lines: str | None, reuse: bool = True) -> Any:
+    """The report with the work done on `engine` (the latest matching engine run when `reuse`)."""
+    from billing_audit.engines import pipeline, run_engine
+    from billing_audit.report import build_report
+    from billing_audit.rules import load_rules
+
+    rules = load_rules().rules
+    checkpoint = cfg.checkpoint_settings()
+    with billing_audit.open(db) as store:
+        params = store_params(rules, checkpoint)
+        run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params)) \
+            if reuse else None
+        if run_id is None:
+            run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint,
+                                spark_master=spark_master, spark_lines=spark_lines)
+        return build_report(store, cfg, period, basis, engine_run=run_id)
+
+
+def store_params(rules: Any, checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """The rule parameters `tag` derives from the config's checkpoint keys (Store.tag does the same)."""
+    merged: dict[str, Any] = {}
+    declared = {p for r in rules for p in r.meta.params}
+    for key in ("tag_keys", "tag_values"):
+        name = f"checkpoint_{key}"
+        if checkpoint and name in declared and checkpoint.get(key) is not None:
+            merged[name] = [str(v).lower() for v in checkpoint[key]]
+    return merged
+
+
 def _check_period(period: str | None) -> None:
     import re
 
@@ -455,8 +519,10 @@ def _emit_report(report: Any, fmt: str, out_file: str | None) -> None:
               show_default=True)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @basis_option
+@engine_options
 @handle_errors
-def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str) -> None:
+def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
+           engine: str, spark_master: str, spark_lines: str | None) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
     Reads the store and the rule hits (run `billing-audit tag` first).
@@ -466,7 +532,15 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --period 2026-10
       billing-audit report --format json --out report.json
       billing-audit report --format html --out report.html --cost-basis billed
+      billing-audit report --engine spark --spark-master spark://head:7077
     """
+    if engine != "duckdb":
+        from billing_audit.config import load_config
+
+        _check_period(period)
+        rep = _engine_report(db, load_config(config_path), period, cost_basis, engine, spark_master, spark_lines)
+        _emit_report(rep, fmt, out_file)
+        return
     _emit_report(_build(db, config_path, period, cost_basis), fmt, out_file)
 
 
@@ -517,9 +591,10 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
               help="Folder for report.html, report.json, jobs.csv and teams.csv.")
 @basis_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or table.")
+@engine_options
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool) -> None:
+          cost_basis: str, quiet: bool, engine: str, spark_master: str, spark_lines: str | None) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -529,6 +604,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     Examples:
       billing-audit audit fixtures/ --db demo.duckdb --out demo-report
       billing-audit audit exports/2026-10/ --period 2026-10 --config billing-audit.toml
+      billing-audit audit fixtures/ --engine spark --out spark-report
     """
     from pathlib import Path
 
@@ -541,9 +617,12 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     cfg = load_config(config_path)
     ingest_report = _run_ingest(db, paths, quiet)
     _print_ingest(ingest_report, quiet)
-    with billing_audit.open(db) as store:
-        store.tag(checkpoint=cfg.checkpoint_settings())
-        rep = build_report(store, cfg, period, cost_basis)
+    if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
+        rep = _engine_report(db, cfg, period, cost_basis, engine, spark_master, spark_lines, reuse=False)
+    else:
+        with billing_audit.open(db) as store:
+            store.tag(checkpoint=cfg.checkpoint_settings())
+            rep = build_report(store, cfg, period, cost_basis)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
@@ -561,6 +640,32 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     err.print(f"wrote {folder}/report.html, report.json, jobs.csv, teams.csv", markup=False)
     if ingest_report.failed:
         sys.exit(2)
+
+
+@main.command("lines-export")
+@click.argument("folder", type=click.Path(file_okay=False))
+@db_option
+@period_option
+@handle_errors
+def lines_export(folder: str, db: str, period: str | None) -> None:
+    """Write the store's canonical line items as parquet partitioned by provider and billing period.
+
+    For Spark (`--engine spark --spark-lines FOLDER`) or any parquet reader.  A folder this
+    command wrote before is replaced whole; another non-empty folder is refused.
+
+    \b
+    Examples:
+      billing-audit lines-export lines/ --period 2026-10
+      billing-audit tag --engine spark --spark-lines lines/
+    """
+    from pathlib import Path
+
+    from billing_audit.engines import write_lines
+
+    _check_period(period)
+    with billing_audit.open(db) as store:
+        n = write_lines(store, Path(folder), period)
+    err.print(f"wrote {n:,} line items to {folder}", markup=False)
 
 
 @main.command()

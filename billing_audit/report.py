@@ -176,11 +176,19 @@ def _money(x: Decimal) -> Decimal:
     return x.quantize(Decimal("0.000000000001"))
 
 
-def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective") -> Report:
-    """The per-job, per-team, per-day and total interruption overhead."""
+def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
+                 engine_run: int | None = None) -> Report:
+    """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
+    returned (`engine_run`, see billing_audit.engines) instead of the local lines when given."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
     con = store.con
+    if engine_run is not None:
+        from billing_audit.engines.pipeline import load_run
+
+        load_run(con, engine_run)
+        return _build(store, cfg, period, cost_basis, [], store.sql(
+            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"))
     if not store._has_table("rule_hits"):
         raise BillingAuditError("the store has not been tagged yet: run `billing-audit tag` (or `billing-audit audit`)")
     if not store._has_table("line_categories"):  # stores tagged before the view existed
@@ -189,6 +197,13 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         con.execute(LINE_CATEGORY_VIEW)
     warnings = _staleness(con)
     prepare(con, cfg, period, cost_basis)
+    return _build(store, cfg, period, cost_basis, warnings, _rules_fired(store, period))
+
+
+def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
+           rules_fired: pl.DataFrame) -> Report:
+    """The report from the aggregate temp tables (ba_agg, ba_spot_hours, ba_spot_res)."""
+    con = store.con
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
             for cur in [con.execute(JOB_SQL)] for r in cur.fetchall()]
     jobs = []
@@ -231,7 +246,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         daily=_daily(con, jobs_df),
         totals=_totals(con, jobs_df),
         warnings=warnings,
-        rules_fired=_rules_fired(store, period),
+        rules_fired=rules_fired,
         files=store.sql(
             "SELECT file, format, provider, periods, rows, status FROM ingest_log ORDER BY ingest_id, file"
         ),

@@ -69,8 +69,8 @@ SELECT {KEY_HASH} AS h, l.BillingPeriodStart AS bps, CAST(l.ChargePeriodStart AS
        sum(coalesce(l.ListCost, 0)) AS list,
        sum(CASE WHEN {fee} THEN CASE WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{COUNTABLE_UNIT}')
                                      THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
-       max(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
-                THEN least({_span()}, {hours}) END) AS hours,
+       max(CAST(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
+                THEN least({_span()}, {hours}) END AS DECIMAL(38,12))) AS hours,
        {priced.format(spot=spot, c="EffectiveCost")} AS priced_effective,
        {priced.format(spot=spot, c="BilledCost")} AS priced_billed
 FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId
@@ -149,14 +149,26 @@ def first_tag(keys: list[str], tags: str = "k.Tags") -> str:
     return f"LOWER({parts[0] if len(parts) == 1 else 'COALESCE(' + ', '.join(parts) + ')'})"
 
 
+def period_bounds(period: str) -> tuple[str, str]:
+    """The billing period starts that belong to month `period` (YYYY-MM): a period belongs to the month it
+    mostly covers, i.e. [first of the month - 14 days, first of the next month - 14 days)."""
+    from datetime import date, timedelta
+
+    try:
+        y, m = (int(x) for x in period.split("-"))
+        first = date(y, m, 1)
+    except ValueError:
+        raise BillingAuditError(f"--period {period!r}: expected YYYY-MM") from None
+    nxt = date(y + 1, 1, 1) if m == 12 else date(y, m + 1, 1)
+    return (str(first - timedelta(days=14)), str(nxt - timedelta(days=14)))
+
+
 def period_filter(period: str | None, column: str = "g.bps") -> str:
-    """Billing month `period` (YYYY-MM) as a range on the billing period start (the month it mostly covers)."""
+    """Billing month `period` as a range on the billing period start, which storage can prune by."""
     if period is None:
         return "TRUE"
-    y, m = (int(x) for x in period.split("-"))
-    ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
-    return (f"{column} >= DATE '{y:04d}-{m:02d}-01' - INTERVAL 14 DAY "
-            f"AND {column} < DATE '{ny:04d}-{nm:02d}-01' - INTERVAL 14 DAY")
+    lo, hi = period_bounds(period)
+    return f"{column} >= TIMESTAMP '{lo} 00:00:00' AND {column} < TIMESTAMP '{hi} 00:00:00'"
 
 
 def _mode(value: str, part: str, source: str) -> str:
@@ -167,8 +179,10 @@ def _mode(value: str, part: str, source: str) -> str:
   WHERE rn = 1"""
 
 
-def attribution_sql(cfg: Config, groups: str, keys: str, period: str | None) -> str:
-    """Step 2: (h, job, team) for every key that has lines in the period."""
+def attribution_ctes(cfg: Config, groups: str, keys: str, period: str | None,
+                     tags_extracted: bool = False) -> list[tuple[str, str]]:
+    """Step 2 as named CTEs, the last (``ba_attr``) giving (h, job, team) for every key with lines in the
+    period.  `tags_extracted`: the keys carry tag_job/tag_team already (engines that cannot group by a map)."""
     a = cfg.attribution
     accounts = " ".join(f"WHEN {lit(k)} THEN {lit(v.strip().lower())}" for k, v in a.account_teams.items())
 
@@ -183,25 +197,35 @@ def attribution_sql(cfg: Config, groups: str, keys: str, period: str | None) -> 
                          f"THEN {lit(r[field].strip().lower() or None)}")
         return ("CASE " + " ".join(whens) + " END") if whens else "CAST(NULL AS VARCHAR)"
 
-    return f"""
-WITH keyed AS (
+    job, team = (("k.tag_job", "k.tag_team") if tags_extracted
+                 else (first_tag(a.job_tag_keys), first_tag(a.team_tag_keys)))
+    return [
+        ("keyed", f"""
   SELECT k.h, k.provider, k.currency, k.ResourceId, k.ResourceName, k.SubAccountId, k.BillingAccountId,
-         {first_tag(a.job_tag_keys)} AS tag_job, {first_tag(a.team_tag_keys)} AS tag_team, p.n
+         {job} AS tag_job, {team} AS tag_team, p.n
   FROM {keys} k JOIN (SELECT g.h, SUM(g.n) AS n FROM {groups} g WHERE {period_filter(period)} GROUP BY g.h) p
-    ON p.h = k.h),
-res_job AS ({_mode("tag_job", "provider, ResourceId", "keyed")}),
-res_team AS ({_mode("tag_team", "provider, ResourceId", "keyed")}),
-lined AS (
+    ON p.h = k.h"""),
+        ("res_job", _mode("tag_job", "provider, ResourceId", "keyed")),
+        ("res_team", _mode("tag_team", "provider, ResourceId", "keyed")),
+        ("lined", f"""
   SELECT k.h, k.n, COALESCE(k.tag_job, rj.tag_job, {mapped("job")}) AS line_job,
          COALESCE(k.tag_team, rt.tag_team, {mapped("team")}, {acc("k.SubAccountId")}, {acc("k.BillingAccountId")})
            AS line_team
   FROM keyed k
   LEFT JOIN res_job rj ON rj.provider = k.provider AND rj.ResourceId = k.ResourceId
-  LEFT JOIN res_team rt ON rt.provider = k.provider AND rt.ResourceId = k.ResourceId),
-job_team AS ({_mode("line_team", "line_job", "(SELECT * FROM lined WHERE line_job IS NOT NULL) lj")})
+  LEFT JOIN res_team rt ON rt.provider = k.provider AND rt.ResourceId = k.ResourceId"""),
+        ("job_team", _mode("line_team", "line_job", "(SELECT * FROM lined WHERE line_job IS NOT NULL) lj")),
+        ("ba_attr", f"""
 SELECT k.h, COALESCE(k.line_job, '{UNATTRIBUTED}') AS job,
        COALESCE(CASE WHEN k.line_job IS NOT NULL THEN jt.line_team END, k.line_team, '{UNATTRIBUTED}') AS team
-FROM lined k LEFT JOIN job_team jt ON jt.line_job = k.line_job"""
+FROM lined k LEFT JOIN job_team jt ON jt.line_job = k.line_job"""),
+    ]
+
+
+def with_ctes(ctes: list[tuple[str, str]]) -> str:
+    """The CTEs but the last, then the last one's query."""
+    head = ",\n".join(f"{name} AS ({body})" for name, body in ctes[:-1])
+    return (f"WITH {head}\n" if head else "") + ctes[-1][1]
 
 
 def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> list[tuple[str, str]]:
@@ -238,7 +262,7 @@ def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, bas
     stored groups were used."""
     stored = current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {attribution_sql(cfg, groups, keys, period)}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {with_ctes(attribution_ctes(cfg, groups, keys, period))}")
     for name, sql in aggregate_steps(groups, keys, period, basis):
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
     if not stored:

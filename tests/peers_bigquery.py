@@ -9,9 +9,10 @@ It serves what google-cloud-bigquery calls for ``get_table`` and ``query(...).re
 - ``POST /token``                                       an OAuth token endpoint for ADC tests.
 
 It does not run SQL: a query whose text has ``COUNT(*) AS line_count`` is the freshness check
-(answered from the table's rows); any other returns the table's rows, restricted to the backticked
-columns of the SELECT list.  Cells use the REST ``f``/``v`` shape (nested RECORD and REPEATED
-fields included); TIMESTAMP cells are int64 microsecond strings (``formatOptions.useInt64Timestamp``).
+(answered from the table's rows); a query whose text holds a canned answer's ``match`` (``add_result``)
+gets that answer; any other returns the table's rows, restricted to the backticked columns of the SELECT
+list.  Cells use the REST ``f``/``v`` shape (nested RECORD and REPEATED fields included); TIMESTAMP
+cells are int64 microsecond strings (``formatOptions.useInt64Timestamp``).
 
 Every request is logged (method, path, query string, JSON body, Authorization header); ``faults``
 holds one-shot answers (status + JSON error, or ``"drop"`` to close the connection) matched by method
@@ -201,6 +202,15 @@ class Fault:
 
 
 @dataclass
+class Canned:
+    """A query's answer given as is: the first canned answer whose `match` is in the SQL wins."""
+
+    match: str
+    schema: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+
+
+@dataclass
 class Request:
     method: str
     path: str
@@ -214,6 +224,7 @@ class FakeBigQuery:
         self.tables: dict[tuple[str, str, str], FakeTable] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.faults: list[Fault] = []
+        self.canned: list[Canned] = []
         self.log: list[Request] = []
         self.page_size = page_size
         self.token = token
@@ -238,6 +249,12 @@ class FakeBigQuery:
     def add_table(self, t: FakeTable) -> FakeTable:
         self.tables[(t.project, t.dataset, t.table)] = t
         return t
+
+    def add_result(self, match: str, schema: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Canned:
+        """Answer queries whose text contains `match` with these rows (cells as in the table's rows)."""
+        c = Canned(match, schema, rows)
+        self.canned.append(c)
+        return c
 
     # what the tests look at
     def queries(self, dry_run: bool | None = None) -> list[dict[str, Any]]:
@@ -275,6 +292,9 @@ class FakeBigQuery:
         return self.tables.get((parts[0], parts[1], parts[2])) if len(parts) == 3 else None
 
     def _result(self, sql: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        canned = next((c for c in self.canned if c.match in sql), None)
+        if canned is not None:
+            return canned.schema, [to_fv(r, canned.schema) for r in canned.rows]
         t = self._find_table(sql)
         assert t is not None, sql
         if "COUNT(*) AS line_count" in sql:

@@ -1,0 +1,267 @@
+"""The whole audit as one query an engine runs where the lines are, returning only aggregates.
+
+Over a relation ``line_items`` in the canonical (FOCUS + x_) schema, one query:
+
+1. ``checkpoint_resources`` and every rule (translated by :mod:`billing_audit.engines.portable`) give the
+   rule hits; each line's category is its hits' first in precedence order;
+2. the lines are grouped by what attribution looks at (the same step as the local report's groups,
+   with the job and team tags extracted because not every engine can group by a map);
+3. attribution and the aggregates of :mod:`billing_audit.rollup` run on the groups.
+
+What comes back is four small result sets in one (a ``kind`` column tells them apart): per job, team,
+provider, currency, day and category (``agg``); spot hours per job (``hours``); each spot resource's run
+(``res``); hits per rule (``rule``).  They land in the local store (:func:`store_results`) and the report
+layer reads them exactly as it reads the local engine's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from billing_audit import rollup
+from billing_audit.config import Config
+from billing_audit.engines.portable import NotPortable, to_engine
+from billing_audit.rules import CATEGORIES, Rule
+from billing_audit.tagging import DEFAULT_CHECKPOINT, _bind, _renamed
+
+KEY = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "tag_job", "tag_team"]
+RESULT_COLUMNS = [
+    ("kind", "VARCHAR"), ("job", "VARCHAR"), ("team", "VARCHAR"), ("provider", "VARCHAR"), ("currency", "VARCHAR"),
+    ("day", "DATE"), ("category", "VARCHAR"), ("signal", "BOOLEAN"), ("n", "BIGINT"),
+    ("cost", "DECIMAL(38,12)"), ("list_cost", "DECIMAL(38,12)"), ("fee_n", "DECIMAL(38,12)"), ("priced", "BIGINT"),
+    ("spot_hours", "DECIMAL(38,12)"), ("ResourceId", "VARCHAR"), ("s", "TIMESTAMP"), ("e", "TIMESTAMP"), ("rule_id", "VARCHAR"),
+]
+
+
+class RuleNotPortable(NotPortable):
+    def __init__(self, rule: Rule, engine: str, why: str) -> None:
+        super().__init__(f"{rule.path}: rule {rule.id} cannot run on {engine}: {why}")
+        self.rule = rule
+
+
+def checkpoint_sql(checkpoint: dict[str, Any] | None) -> str:
+    """checkpoint_resources without lambdas (the config's lists are known when the query is written)."""
+    cfg = {**DEFAULT_CHECKPOINT, **(checkpoint or {})}
+    lit = rollup.lit
+    ors = []
+    vals = ", ".join(lit(str(v).lower()) for v in cfg["tag_values"])
+    if vals:
+        ors += [f"LOWER(Tags[{lit(str(k).lower())}]) IN ({vals})" for k in cfg["tag_keys"]]
+    ors += [f"LOWER(ResourceId) LIKE {lit(str(p).lower())} OR LOWER(COALESCE(ResourceName, '')) LIKE {lit(str(p).lower())}"
+            for p in cfg["name_patterns"]]
+    res = ", ".join(lit(str(r)) for r in cfg["resources"])
+    if res:
+        ors += [f"ResourceId IN ({res})", f"ResourceName IN ({res})"]
+    cond = " OR ".join(f"({o})" for o in ors) or "FALSE"
+    return f"SELECT DISTINCT x_Provider, ResourceId FROM line_items WHERE ResourceId IS NOT NULL AND ({cond})"
+
+
+def _rule_sql(rule: Rule, engine: str, params: dict[str, Any]) -> str:
+    values = {k: v for k, v in _bind(rule, params).items()}
+    try:
+        return to_engine(_renamed(rule), engine, values)
+    except NotPortable as e:
+        raise RuleNotPortable(rule, engine, str(e)) from None
+
+
+def check_rules(rules: Sequence[Rule], engine: str, params: dict[str, Any] | None = None) -> dict[str, str]:
+    """Each rule's SQL for `engine`; the first rule that cannot run there raises RuleNotPortable."""
+    return {r.id: _rule_sql(r, engine, params or {}) for r in rules}
+
+
+def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+                   checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back."""
+    a = cfg.attribution
+    if basis not in rollup.COST_BASES:
+        raise rollup.BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
+    cost_col = rollup.COST_BASES[basis]
+    hits = " UNION ALL ".join(
+        f"SELECT DISTINCT CAST(x_LineItemId AS VARCHAR) AS x_LineItemId, '{r.id}' AS rule_id, "
+        f"'{r.category}' AS category FROM ({_renamed(r).sql(dialect='duckdb')}) AS rule_output "
+        "WHERE x_LineItemId IS NOT NULL"
+        for r in rules
+    ) or "SELECT CAST(NULL AS VARCHAR) AS x_LineItemId, CAST(NULL AS VARCHAR) AS rule_id, " \
+         "CAST(NULL AS VARCHAR) AS category WHERE FALSE"
+    rank = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
+    spot, fee = f"c.rank = {rollup.SPOT_RANK}", f"c.rank = {rollup.FEE_RANK}"
+    span = "DATE_DIFF('second', l.ChargePeriodStart, l.ChargePeriodEnd) / 3600.0"
+    hours = (f"CASE WHEN REGEXP_MATCHES(LOWER(COALESCE(l.PricingUnit, '')), '{rollup.HOUR_UNITS}') "
+             "THEN CAST(l.PricingQuantity AS DOUBLE) "
+             f"WHEN REGEXP_MATCHES(LOWER(COALESCE(l.ConsumedUnit, '')), '{rollup.HOUR_UNITS}') "
+             f"THEN CAST(l.ConsumedQuantity AS DOUBLE) ELSE {span} END")
+    pf = rollup.period_filter(period, "l.BillingPeriodStart")
+    job = rollup.first_tag(a.job_tag_keys, "l.Tags")
+    team = rollup.first_tag(a.team_tag_keys, "l.Tags")
+    g0_cols = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId",
+               "tag_job", "tag_team", "bps", "day", "rank", "signal", "cps", "cpe"]
+    g0_exprs = [
+        "l.x_Provider", "COALESCE(l.BillingCurrency, '?')", "l.ResourceId", "l.ResourceName", "l.SubAccountId",
+        "l.BillingAccountId", job, team, "l.BillingPeriodStart", "CAST(l.ChargePeriodStart AS DATE)", "c.rank",
+        "COALESCE(c.signal, FALSE)", f"CASE WHEN {spot} THEN l.ChargePeriodStart END",
+        f"CASE WHEN {spot} THEN l.ChargePeriodEnd END",
+    ]
+    same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in KEY)
+    cost_sum = "" if basis == "list" else f" SUM(COALESCE(l.{cost_col}, 0)) AS {basis},"
+    cost_pick = "" if basis == "list" else f" g0.{basis} AS {basis},"
+    priced_pick = "" if basis == "list" else f", g0.priced_{basis} AS priced_{basis}"
+    ctes: list[tuple[str, str]] = [
+        ("checkpoint_resources", checkpoint_sql(checkpoint)),
+        ("hits", hits),
+        ("ranks", f"SELECT x_LineItemId, MIN({rank}) AS rank, "
+                  "MAX(CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END) = 1 AS signal "
+                  "FROM hits GROUP BY x_LineItemId"),
+        ("g0", f"""
+SELECT {", ".join(f"{e} AS {c}" for e, c in zip(g0_exprs, g0_cols, strict=True))},
+       COUNT(*) AS n,{cost_sum} SUM(COALESCE(l.ListCost, 0)) AS list,
+       SUM(CASE WHEN {fee} THEN CASE WHEN REGEXP_MATCHES(LOWER(COALESCE(l.ConsumedUnit, '')), '{rollup.COUNTABLE_UNIT}')
+                                     THEN COALESCE(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
+       MAX(CAST(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
+                THEN LEAST({span}, {hours}) END AS DECIMAL(38,12))) AS hours,
+       SUM(CASE WHEN {spot} AND COALESCE(l.ListCost, 0) > COALESCE(l.{cost_col}, 0) THEN 1 ELSE 0 END)
+         AS priced_{basis}
+FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId
+WHERE {pf}
+GROUP BY {", ".join(g0_exprs)}"""),
+        ("line_group_keys", f"""
+SELECT ROW_NUMBER() OVER (ORDER BY {", ".join(KEY)}) AS h, {", ".join(KEY)}
+FROM (SELECT DISTINCT {", ".join(KEY)} FROM g0) d"""),
+        ("line_groups", f"""
+SELECT k.h AS h, g0.bps AS bps, g0.day AS day, g0.rank AS rank, g0.signal AS signal, g0.cps AS cps, g0.cpe AS cpe,
+       g0.n AS n,{cost_pick} g0.list AS list, g0.fee_n AS fee_n, g0.hours AS hours{priced_pick}
+FROM g0 JOIN line_group_keys k ON {same}"""),
+    ]
+    ctes += rollup.attribution_ctes(cfg, "line_groups", "line_group_keys", period, tags_extracted=True)
+    ctes += rollup.aggregate_steps("line_groups", "line_group_keys", period, basis)
+    ctes.append(("fired", f"""
+SELECT h.rule_id AS rule_id, h.category AS category, COUNT(*) AS n
+FROM hits h JOIN line_items l ON l.x_LineItemId = h.x_LineItemId
+WHERE {pf} GROUP BY h.rule_id, h.category"""))
+
+    def row(kind: str, values: dict[str, str]) -> str:
+        cols = [f"'{kind}' AS kind"]
+        for name, typ in RESULT_COLUMNS[1:]:
+            cols.append(f"{values[name]} AS {name}" if name in values else f"CAST(NULL AS {typ}) AS {name}")
+        return "SELECT " + ", ".join(cols)
+
+    base = {c: c for c in ("job", "team", "provider", "currency")}
+    final = " UNION ALL ".join([
+        row("agg", base | {c: c for c in ("day", "category", "signal", "n", "cost", "list_cost", "fee_n")}
+            | {"priced": "CAST(priced AS BIGINT)"}) + " FROM ba_agg",
+        row("hours", base | {"spot_hours": "spot_hours"}) + " FROM ba_spot_hours",
+        row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e"}) + " FROM ba_spot_res",
+        row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
+    ])
+    return [*ctes, ("result", final)]
+
+
+def pipeline_sql(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+                 checkpoint: dict[str, Any] | None = None) -> str:
+    """The audit query as one DuckDB statement (rules as written, $params still to bind); see to_engine."""
+    parts = pipeline_parts(rules, cfg, period, basis, checkpoint)
+    return "WITH " + ",\n".join(f"{n} AS ({b})" for n, b in parts[:-1]) + "\n" + parts[-1][1]
+
+
+def bound_values(rules: Sequence[Rule], params: dict[str, Any] | None) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for r in rules:
+        values.update(_bind(r, params or {}))
+    return values
+
+
+# steps an engine that runs them one by one (Spark) keeps in memory: each is read more than once
+CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr"}
+
+
+def engine_sql(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+               params: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> str:
+    """The audit query for `engine`; a rule that cannot run there raises RuleNotPortable (at load time)."""
+    check_rules(rules, engine, params)  # names the rule that does not translate
+    return to_engine(pipeline_sql(rules, cfg, period, basis, checkpoint), engine, bound_values(rules, params))
+
+
+def engine_steps(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+                 params: dict[str, Any] | None = None,
+                 checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """The steps as `engine` SQL, for engines that run them as views one at a time."""
+    check_rules(rules, engine, params)
+    values = bound_values(rules, params)
+    return [(n, to_engine(sql, engine, values)) for n, sql in pipeline_parts(rules, cfg, period, basis, checkpoint)]
+
+
+@dataclass
+class EngineRun:
+    engine: str
+    source: str
+    period: str | None
+    basis: str
+    sql: str
+    config_key: str
+    bytes_processed: int | None = None
+
+
+def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None) -> str:
+    """What makes two engine runs comparable: the attribution config, the rules and their parameters."""
+    blob = json.dumps({"attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
+                       "rules": [(r.id, r.sql) for r in rules], "params": params or {}}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+RESULT_TABLES = """
+CREATE TABLE IF NOT EXISTS engine_runs (run_id BIGINT, engine VARCHAR, source VARCHAR, period VARCHAR,
+  basis VARCHAR, config_key VARCHAR, started_at TIMESTAMP, bytes_processed BIGINT, sql VARCHAR);
+CREATE TABLE IF NOT EXISTS engine_results (run_id BIGINT, {cols});
+"""
+
+
+def store_results(con: duckdb.DuckDBPyConnection, run: EngineRun, rows: Iterable[Sequence[Any]]) -> int:
+    """Land an engine's aggregates in the local store (one transaction); returns the engine run id."""
+    cols = ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS)
+    for stmt in RESULT_TABLES.format(cols=cols).split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        row = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM engine_runs").fetchone()
+        run_id = int(row[0]) if row else 1
+        con.execute("INSERT INTO engine_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, run.engine, run.source, run.period or "all", run.basis, run.config_key,
+                     datetime.now(UTC).replace(tzinfo=None), run.bytes_processed, run.sql])
+        data = [[run_id, *r] for r in rows]
+        if data:
+            con.executemany(f"INSERT INTO engine_results VALUES ({', '.join('?' * (len(RESULT_COLUMNS) + 1))})", data)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return run_id
+
+
+def latest_run(con: duckdb.DuckDBPyConnection, engine: str, period: str | None, basis: str, key: str) -> int | None:
+    try:
+        row = con.execute("SELECT max(run_id) FROM engine_runs WHERE engine = ? AND period = ? AND basis = ? "
+                          "AND config_key = ?", [engine, period or "all", basis, key]).fetchone()
+    except duckdb.CatalogException:
+        return None
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """The run's aggregates as the report's temp tables (ba_agg, ba_spot_hours, ba_spot_res, ba_fired)."""
+    sel = {
+        "ba_agg": "job, team, provider, currency, day, category, signal, n, cost, list_cost, fee_n, priced",
+        "ba_spot_hours": "job, team, provider, currency, spot_hours",
+        "ba_spot_res": "job, team, provider, currency, ResourceId, s, e",
+        "ba_fired": "rule_id, category, n AS lines",
+    }
+    kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_fired": "rule"}
+    for table, cols in sel.items():
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {cols} FROM engine_results "
+                    f"WHERE run_id = {int(run_id)} AND kind = '{kinds[table]}'")

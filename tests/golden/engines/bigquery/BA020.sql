@@ -1,0 +1,1 @@
+SELECT x_LineItemId, 'Azure Other Compute Charges: ' || COALESCE(x_UsageType, ChargeDescription) AS reason FROM line_items WHERE x_Provider = 'azure' AND REGEXP_CONTAINS(LOWER(ARRAY_TO_STRING([x_UsageType, ChargeDescription, SkuMeter], ' ')), 'other compute charges?')

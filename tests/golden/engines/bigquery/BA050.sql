@@ -1,0 +1,1 @@
+SELECT x_LineItemId, 'interruption signal: ' || COALESCE(ChargeDescription, x_UsageType) AS reason FROM line_items WHERE REGEXP_CONTAINS(LOWER(ARRAY_TO_STRING([ChargeDescription, x_UsageType, SkuMeter], ' ')), '\\b(interrupted|interruptions?|evicted|evictions?|preempted|preemptions?|reclaimed|reclamations?)\\b')
