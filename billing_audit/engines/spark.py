@@ -56,8 +56,11 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
     from billing_audit.engines.pipeline import CACHED_STEPS
 
     spark = session(master)
-    if Path(lines).exists():
-        df = spark.read.option("mergeSchema", "true").parquet(str(lines))
+    if Path(lines).exists():  # absolute: the JVM's working folder is where it started, not ours
+        try:
+            df = spark.read.option("mergeSchema", "true").parquet(str(Path(lines).resolve()))
+        except Exception as e:  # noqa: BLE001
+            raise BillingAuditError(f"--spark-lines {lines}: Spark cannot read it: {_reason(e)}") from None
     else:
         try:
             df = spark.table(lines)
@@ -68,8 +71,11 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
     if rule_sql:
         names = [n for n, _ in steps]
         upto = names.index("hits") if "hits" in names else 0
-        for name, sql in steps[:upto]:  # the relations rules may read (checkpoint_resources)
-            spark.sql(sql).createOrReplaceTempView(name)
+        try:
+            for name, sql in steps[:upto]:  # the relations rules may read (checkpoint_resources)
+                spark.sql(sql).createOrReplaceTempView(name)
+        except Exception as e:  # noqa: BLE001
+            raise BillingAuditError(f"Spark could not read the lines as canonical line items: {_reason(e)}") from None
         check_rules(spark, rule_sql, rule_paths or {})
     cached = []
     try:
