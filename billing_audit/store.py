@@ -111,6 +111,9 @@ class IngestReport:
 
 
 Progress = Callable[[str, int], None]
+WIDE_COLUMNS = 1000  # files with more columns are read on one thread (memory)
+WIDE_KIB_PER_COLUMN = 160  # what such a file needs per column, measured (10,000 tag columns: ~1.5 GB)
+DEFAULT_MEMORY_MB = 800
 
 
 def configure(con: duckdb.DuckDBPyConnection) -> None:
@@ -119,7 +122,7 @@ def configure(con: duckdb.DuckDBPyConnection) -> None:
     800 MB keeps a 10M-line month near 1 GiB of RSS at every stage for a few percent of speed (bench/)."""
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", "800MB")])
+    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", f"{DEFAULT_MEMORY_MB}MB")])
     con.execute("SET threads = ?", [int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))])
 
 
@@ -269,7 +272,18 @@ class Store:
                         mf = MappedFile(local, display, kind, fmt, cols)
                         fp = _part_fp(fps[f], display, local == f)
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
+                        # a very wide file (thousands of tag columns) holds ~32 KiB per column in each
+                        # stage of the read, whatever its length: one thread, and (unless the limit was
+                        # set explicitly) a memory limit that grows with the width, not the length
+                        wide = len(cols) > WIDE_COLUMNS
+                        saved = con.execute("SELECT current_setting('threads'), current_setting('memory_limit')"
+                                            ).fetchone() if wide else None
                         try:
+                            if wide:
+                                con.execute("SET threads = 1")
+                                if "BILLING_AUDIT_MEMORY_LIMIT" not in os.environ:
+                                    need = max(DEFAULT_MEMORY_MB, len(cols) * WIDE_KIB_PER_COLUMN // 1024)
+                                    con.execute(f"SET memory_limit = '{need}MB'")
                             n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
@@ -278,6 +292,10 @@ class Store:
                                 raise BillingAuditError(f"{self.path}: writing the store failed ({e}); "
                                                         "nothing of this delivery was stored") from None
                             raise diagnose(con, mf, e) from None
+                        finally:
+                            if saved:
+                                con.execute(f"SET threads = {int(saved[0])}")
+                                con.execute("SET memory_limit = ?", [saved[1]])
                         rows = int(n[0]) if n else 0
                         if rows == 0:
                             raise InputError(display, "file has a header but no data rows")
