@@ -218,15 +218,52 @@ def _typed_params(rules: list[Any], raw: dict[str, str]) -> dict[str, Any]:
     return typed
 
 
+ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "bq_table", "bq_project", "bq_endpoint",
+                  "max_bytes_billed", "athena_table", "athena_kind", "athena_workgroup", "athena_output",
+                  "aws_profile", "aws_region", "aws_endpoint")
+
+
 def engine_options(f: Any) -> Any:
-    """--engine and its settings: where rules, attribution and aggregation run (README: Scaling out)."""
-    f = click.option("--spark-lines", metavar="PATH|TABLE",
+    """--engine and its settings: where rules, attribution and aggregation run (README: Scaling out).
+    The command receives them as one `engine_opts` dict."""
+    import functools
+
+    opts = [
+        click.option("--engine", type=click.Choice(["duckdb", "spark", "bigquery", "athena"]), default="duckdb",
+                     show_default=True, help="Where the heavy work runs; only aggregates come back into the store."),
+        click.option("--spark-master", default="local[*]", show_default=True, help="Spark: the master URL."),
+        click.option("--spark-lines", metavar="PATH|TABLE",
                      help="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
-                          "lines, written next to it by `billing-audit lines-export`).")(f)
-    f = click.option("--spark-master", default="local[*]", show_default=True, help="Spark: the master URL.")(f)
-    f = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-                     help="Where the heavy work runs; only aggregates come back into the store.")(f)
-    return f
+                          "lines, written next to it as by `billing-audit lines-export`)."),
+        click.option("--bq-table", metavar="PROJECT.DATASET.TABLE", help="BigQuery: the GCP billing export table."),
+        click.option("--bq-project", help="BigQuery: the project that runs the query (default: the table's)."),
+        click.option("--bq-endpoint", metavar="URL", help="BigQuery: another API endpoint (tests, proxies)."),
+        click.option("--max-bytes-billed", type=click.IntRange(min=1), metavar="BYTES",
+                     help="BigQuery: refuse (after a dry run) to process more than this."),
+        click.option("--athena-table", metavar="DATABASE.TABLE", help="Athena: the CUR 2.0 or FOCUS Glue table."),
+        click.option("--athena-kind", type=click.Choice(["cur2", "focus"]), default="cur2", show_default=True,
+                     help="Athena: what the Glue table holds."),
+        click.option("--athena-workgroup", default="primary", show_default=True, help="Athena: the workgroup."),
+        click.option("--athena-output", metavar="S3_URL", help="Athena: result location (default: the workgroup's)."),
+        click.option("--aws-profile", help="Athena: AWS profile."),
+        click.option("--aws-region", help="Athena: AWS region."),
+        click.option("--aws-endpoint", metavar="URL", help="Athena: another endpoint (tests, VPC endpoints)."),
+    ]
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["engine_opts"] = {k: kwargs.pop(k) for k in ENGINE_OPTIONS}
+        return f(*args, **kwargs)
+
+    for o in reversed(opts):
+        wrapper = o(wrapper)
+    return wrapper
+
+
+def _options(engine_opts: dict[str, Any]) -> Any:
+    from billing_audit.engines import EngineOptions
+
+    return EngineOptions(**{k: v for k, v in engine_opts.items() if k != "engine"})
 
 
 @main.command()
@@ -238,11 +275,12 @@ def engine_options(f: Any) -> Any:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Config file (checkpoint tags and storage); default ./billing-audit.toml when present.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click.option("--period", metavar="YYYY-MM", help="Other engines: only this billing month (BigQuery and Athena need it).")
 @engine_options
 @handle_errors
 def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
-        params: tuple[str, ...], config_path: str | None, quiet: bool, engine: str, spark_master: str,
-        spark_lines: str | None) -> None:
+        params: tuple[str, ...], config_path: str | None, quiet: bool, period: str | None,
+        engine_opts: dict[str, Any]) -> None:
     """Run the rules over the store and record what they match in rule_hits.
 
     Re-tagging replaces the earlier hits of the rules that run: never duplicates.
@@ -264,14 +302,19 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
     from billing_audit.config import load_config
 
     cfg = load_config(config_path)
+    engine = engine_opts["engine"]
+    _check_period(period)
+    if engine == "duckdb" and period:
+        raise BillingAuditError("--period: local tagging covers every line in the store; --period is for --engine "
+                                "spark, bigquery or athena")
     if engine != "duckdb":  # the rules (and the aggregation) run on the engine; hit counts come back
         from billing_audit.engines import run_engine
 
         checkpoint = cfg.checkpoint_settings()
         merged = {**store_params(chosen, checkpoint), **typed}
         with billing_audit.open(db) as store:
-            run_id = run_engine(store, engine, chosen, cfg, None, "effective", merged, checkpoint,
-                                spark_master=spark_master, spark_lines=spark_lines)
+            run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
+                                checkpoint, options=_options(engine_opts))
             counts = dict(store.con.execute(
                 "SELECT rule_id, n FROM engine_results WHERE run_id = ? AND kind = 'rule'", [run_id]).fetchall())
         if not quiet:
@@ -427,10 +470,10 @@ basis_option = click.option(
 )
 
 
-def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine: str, spark_master: str,
-                   spark_lines: str | None, reuse: bool = True) -> Any:
+def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine_opts: dict[str, Any],
+                   reuse: bool = True) -> Any:
     """The report with the work done on `engine` (the latest matching engine run when `reuse`)."""
-    from billing_audit.engines import pipeline, run_engine
+    from billing_audit.engines import expected_source, pipeline, run_engine
     from billing_audit.report import build_report
     from billing_audit.rules import load_rules
 
@@ -438,11 +481,13 @@ def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine: st
     checkpoint = cfg.checkpoint_settings()
     with billing_audit.open(db) as store:
         params = store_params(rules, checkpoint)
-        run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params)) \
-            if reuse else None
+        engine = engine_opts["engine"]
+        source = expected_source(store, engine, _options(engine_opts))
+        run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params),
+                                     source) if reuse else None
         if run_id is None:
             run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint,
-                                spark_master=spark_master, spark_lines=spark_lines)
+                                options=_options(engine_opts))
         return build_report(store, cfg, period, basis, engine_run=run_id)
 
 
@@ -522,7 +567,7 @@ def _emit_report(report: Any, fmt: str, out_file: str | None) -> None:
 @engine_options
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
-           engine: str, spark_master: str, spark_lines: str | None) -> None:
+           engine_opts: dict[str, Any]) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
     Reads the store and the rule hits (run `billing-audit tag` first).
@@ -534,11 +579,11 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --format html --out report.html --cost-basis billed
       billing-audit report --engine spark --spark-master spark://head:7077
     """
-    if engine != "duckdb":
+    if engine_opts["engine"] != "duckdb":
         from billing_audit.config import load_config
 
         _check_period(period)
-        rep = _engine_report(db, load_config(config_path), period, cost_basis, engine, spark_master, spark_lines)
+        rep = _engine_report(db, load_config(config_path), period, cost_basis, engine_opts)
         _emit_report(rep, fmt, out_file)
         return
     _emit_report(_build(db, config_path, period, cost_basis), fmt, out_file)
@@ -594,7 +639,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @engine_options
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine: str, spark_master: str, spark_lines: str | None) -> None:
+          cost_basis: str, quiet: bool, engine_opts: dict[str, Any]) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -617,8 +662,8 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     cfg = load_config(config_path)
     ingest_report = _run_ingest(db, paths, quiet)
     _print_ingest(ingest_report, quiet)
-    if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
-        rep = _engine_report(db, cfg, period, cost_basis, engine, spark_master, spark_lines, reuse=False)
+    if engine_opts["engine"] != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
+        rep = _engine_report(db, cfg, period, cost_basis, engine_opts, reuse=False)
     else:
         with billing_audit.open(db) as store:
             store.tag(checkpoint=cfg.checkpoint_settings())

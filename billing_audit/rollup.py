@@ -96,6 +96,10 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
         raise BillingAuditError("two different attribution keys hashed alike; please report this (the store is unchanged)")
     con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql()}")
     if not temp:
+        from billing_audit.search import index_sql
+
+        for name, sql in index_sql():  # the search index, valid exactly as long as the groups
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}")
         con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
                     "(SELECT count(*) FROM line_items) AS lines", [run_id])
     return groups, keys
@@ -103,7 +107,7 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
 
 def drop_groups(con: duckdb.DuckDBPyConnection) -> None:
     """Lines changed: the groups no longer describe them."""
-    for t in ("line_groups", "line_group_keys", "line_groups_meta"):
+    for t in ("line_groups", "line_group_keys", "line_groups_meta", "search_index", "search_texts"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 

@@ -122,6 +122,68 @@ def _filters(period: str | None, since: date | None, provider: str | None) -> tu
     return " AND ".join(parts), params
 
 
+def _shown(groups: pl.DataFrame, terms: list[tuple[str, list[str]]]) -> pl.DataFrame:
+    """Matched alternatives as 'word~alternative' text; no accounts as an empty list."""
+    words = [w for w, _ in terms]
+    return groups.with_columns(
+        pl.col("matched").list.eval(pl.element()).map_elements(
+            lambda xs: ", ".join(f"{words[int(x.split(':', 1)[0])]}~{x.split(':', 1)[1]}" for x in xs if x),
+            return_dtype=pl.String,
+        ).alias("matched"),
+        pl.col("accounts").fill_null([]),
+    )
+
+
+def index_sql() -> list[tuple[str, str]]:
+    """The search index (built by `tag` with the line groups): each distinct text once, normalised
+    (``search_texts``), and the lines summed per text, provider, description, usage type, currency,
+    account, billing period and day (``search_index``): what a grouped search shows, small."""
+    cols = ", ".join(SEARCH_COLUMNS)
+    return [
+        ("search_texts", f"""SELECT h, {_norm_sql()} AS norm FROM (
+            SELECT hash({cols}) AS h, {", ".join(f"any_value({c}) AS {c}" for c in SEARCH_COLUMNS)}
+            FROM line_items GROUP BY h)"""),
+        ("search_index", f"""SELECT hash({cols}) AS h, x_Provider AS provider,
+            coalesce(ChargeDescription, x_UsageType) AS description, x_UsageType AS usage_type,
+            coalesce(BillingCurrency, '?') AS currency, SubAccountId AS account, BillingPeriodStart AS bps,
+            CAST(ChargePeriodStart AS DATE) AS day, count(*) AS n, sum(ConsumedQuantity) AS quantity,
+            sum(BilledCost) AS cost
+            FROM line_items GROUP BY ALL"""),
+    ]
+
+
+def _index_current(store: Store) -> bool:
+    from billing_audit.rollup import current_groups
+
+    return store._has_table("search_index") and store._has_table("search_texts") and \
+        current_groups(store.con) is not None
+
+
+def _indexed(store: Store, terms: list[tuple[str, list[str]]], params: dict[str, Any], where: str,
+             limit: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Groups and totals from the search index: the same answer as from the lines."""
+    matched_words = ", ".join(
+        f"'{i}:' || list_filter($t{i}, lambda a: contains(norm, a))[1]" for i in range(len(terms)))
+    where = (where.replace(f"strftime({PERIOD}", "strftime(" + PERIOD.replace("BillingPeriodStart", "x.bps"))
+             .replace("ChargePeriodStart >= $since", "x.day >= CAST($since AS DATE)")
+             .replace("x_Provider =", "x.provider ="))
+    base = (f"FROM search_index x JOIN (SELECT h, [{matched_words}] AS matched FROM search_texts "
+            f"WHERE {condition_sql(len(terms), 'norm')}) s ON s.h = x.h WHERE {where}")
+    lim = f"LIMIT {int(limit)}" if limit else ""
+    groups = store.sql(
+        f"""SELECT x.provider, x.description, x.usage_type, x.currency, CAST(sum(x.n) AS BIGINT) AS lines,
+                   coalesce(sum(x.quantity), 0) AS quantity, coalesce(sum(x.cost), 0) AS total_cost,
+                   min(x.day) AS first_date, max(x.day) AS last_date,
+                   list(DISTINCT x.account ORDER BY x.account) FILTER (WHERE x.account IS NOT NULL) AS accounts,
+                   list_sort(list_distinct(flatten(list(s.matched)))) AS matched
+            {base} GROUP BY ALL ORDER BY total_cost DESC, provider, description, usage_type, currency {lim}""",
+        params)
+    totals = store.sql(f"SELECT x.currency, coalesce(sum(x.cost), 0) AS total_cost, CAST(sum(x.n) AS BIGINT) AS lines "
+                       f"{base} "
+                       "GROUP BY 1 ORDER BY 1", params)
+    return groups, totals
+
+
 def search(
     store: Store,
     query: str,
@@ -138,6 +200,10 @@ def search(
     where, params = _filters(period, since, provider)
     for i, (_, alts) in enumerate(terms):
         params[f"t{i}"] = alts
+    if not lines and _index_current(store):
+        groups, totals = _indexed(store, terms, params, where, limit)
+        return SearchResult(query, terms, _shown(groups, terms), None, totals,
+                            {"period": period, "since": since, "provider": provider, "exact": exact})
     cols = ", ".join(SEARCH_COLUMNS)
     cond = condition_sql(len(terms), "norm")
     matched_words = ", ".join(
@@ -169,14 +235,7 @@ def search(
             {base} GROUP BY ALL ORDER BY total_cost DESC, provider, description, usage_type, currency {lim}""",
         fparams,
     )
-    words = [w for w, _ in terms]
-    groups = groups.with_columns(
-        pl.col("matched").list.eval(pl.element()).map_elements(
-            lambda xs: ", ".join(f"{words[int(x.split(':', 1)[0])]}~{x.split(':', 1)[1]}" for x in xs if x),
-            return_dtype=pl.String,
-        ).alias("matched"),
-        pl.col("accounts").fill_null([]),
-    )
+    groups = _shown(groups, terms)
     line_df = None
     if lines:
         line_df = store.sql(

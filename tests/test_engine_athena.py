@@ -204,3 +204,44 @@ def test_missing_output_bucket_is_a_clear_error(client: Any, rules: list[Rule], 
     with pytest.raises(BillingAuditError, match="StartQueryExecution.*no-such-bucket"):
         athena.run(client, "cur_db", "cur2_export", "cur2", PERIOD, "audit-wg", "s3://no-such-bucket/x/",
                    rules=rules, cfg=cfg, poll=0, sleep=lambda s: None)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+
+def test_report_engine_athena_on_the_command_line(peers: tuple[AthenaPeer, AwsPeer], store_path: Path,
+                                                 rules: list[Rule], cfg: Config, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import duckdb
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+    from billing_audit.report import build_report
+
+    peer, _ = peers
+    with billing_audit.open(store_path) as store:
+        local = store.con.execute(pipeline.engine_sql("duckdb", rules, cfg, PERIOD, "effective")).fetchall()
+        want = build_report(store, cfg, PERIOD).to_dict()
+    peer.queue.append(_canned(local, scanned=42_000, page_size=50))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", DUMMY["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DUMMY["aws_secret_access_key"])
+    monkeypatch.setattr(athena.time, "sleep", lambda s: None)
+    db = tmp_path / "remote.duckdb"
+    r = CliRunner().invoke(main, [
+        "report", "--db", str(db), "--config", str(SCENARIOS / "billing-audit.toml"), "--engine", "athena",
+        "--athena-table", "cur_db.cur2_export", "--period", PERIOD, "--athena-workgroup", "audit-wg",
+        "--athena-output", OUTPUT, "--aws-endpoint", peer.url, "--aws-region", REGION, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["jobs"] == json.loads(json.dumps(want["jobs"], default=str)) and got["jobs"]
+    req = peer.requests("StartQueryExecution")[-1]
+    assert req["QueryExecutionContext"] == {"Database": "cur_db"} and req["WorkGroup"] == "audit-wg"
+    assert "billing_period = '2026-11'" in req["QueryString"] and "cur2_export" in req["QueryString"]
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT engine, source, bytes_processed FROM engine_runs").fetchone() == \
+        ("athena", "cur_db.cur2_export", 42_000)
+    con.close()
+    r = CliRunner().invoke(main, ["report", "--db", str(db), "--engine", "athena", "--period", PERIOD])
+    assert r.exit_code != 0 and "--athena-table" in r.output

@@ -209,3 +209,56 @@ def test_max_bytes_billed_refuses_before_any_query(bq: FakeBigQuery) -> None:
         ebq.run(_client(bq), FULL, audit, MONTH, estimate - 1, retry=gp.make_retry(deadline=10, initial=0.02))
     assert [bool(j.get("dryRun")) for j in bq.queries()] == [True]
     assert bq.jobs == {}
+
+
+# -- the command line ----------------------------------------------------------------------------------------------
+
+from test_pull_gcp import adc, private_key  # noqa: E402,F401 - the ADC fixtures (service-account key, token peer)
+
+
+@pytest.fixture(scope="module")
+def local_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """The local engine's aggregates and report over the same fixture exports."""
+    from billing_audit.report import build_report
+
+    db = tmp_path_factory.mktemp("local-cli") / "store.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([str(STANDARD), str(FIXTURES / "gcp" / "resource-parquet")]).errors
+        store.tag()
+        rows = store.con.execute(pipeline.engine_sql("duckdb", RULES, Config(), PERIOD, "effective")).fetchall()
+        rep = build_report(store, Config(), PERIOD).to_dict()
+    return [tuple(r) for r in rows], rep
+
+
+def test_report_engine_bigquery_on_the_command_line(adc: FakeBigQuery, tmp_path: Path,  # noqa: F811
+                                                   local_report: tuple[list[tuple[Any, ...]], dict[str, Any]]) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+
+    rows, want = local_report
+    _serve(adc, rows)
+    db = tmp_path / "remote.duckdb"  # nothing ingested here: the lines stay in the warehouse
+    args = ["report", "--db", str(db), "--engine", "bigquery", "--bq-table", FULL, "--period", PERIOD,
+            "--max-bytes-billed", str(10**12), "--format", "json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["jobs"] == json.loads(json.dumps(want["jobs"], default=str)) and got["jobs"]
+    assert got["totals"] == json.loads(json.dumps(want["totals"], default=str))
+    real = adc.queries(dry_run=False)
+    assert len(real) == 1 and "invoice_month" in json.dumps(real[0])
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    engine, source, scanned = con.execute("SELECT engine, source, bytes_processed FROM engine_runs").fetchone()
+    assert (engine, source) == ("bigquery", FULL) and scanned > 0
+    assert con.execute("SELECT count(*) FROM line_items").fetchone()[0] == 0
+    con.close()
+    # the byte guard from the command line: refused after the dry run, nothing more sent
+    r = CliRunner().invoke(main, ["report", "--db", str(tmp_path / "g.duckdb"), "--engine", "bigquery",
+                                  "--bq-table", FULL, "--period", PERIOD, "--max-bytes-billed", "1"])
+    assert r.exit_code != 0 and "--max-bytes-billed" in r.output
+    assert len(adc.queries(dry_run=False)) == 1

@@ -177,3 +177,27 @@ def test_library_api(db: Path) -> None:
         res = search(store, "interrupt", provider="aws")
     assert res.groups.height > 0
     assert set(res.groups["provider"].to_list()) == {"aws"}
+
+
+@pytest.mark.parametrize("query,kw", [
+    ("spot restart", {}), ("egress", {"provider": "aws"}), ("gpu", {"period": "2026-10"}),
+    ("storage", {"since": __import__("datetime").date(2026, 10, 15)}), ("fee", {"exact": True, "limit": 3}),
+    ("nothing-matches-this", {}),
+])
+def test_the_search_index_answers_exactly_as_the_lines(db: Path, tmp_path: Path, query: str, kw: dict) -> None:
+    import shutil
+
+    from billing_audit import rollup
+    from billing_audit.search import search
+
+    copy = tmp_path / "c.duckdb"
+    shutil.copy(db, copy)
+    with billing_audit.open(copy) as store:
+        assert store._has_table("search_index") and rollup.current_groups(store.con)
+        indexed = search(store, query, **kw).to_dict()
+        rollup.drop_groups(store.con)  # what ingest does when lines change: the index goes too
+        assert not store._has_table("search_index")
+        scanned = search(store, query, **kw).to_dict()
+    assert json.dumps(indexed, default=str) == json.dumps(scanned, default=str)  # values and types (1 vs 1.0)
+    if query == "spot restart":
+        assert indexed["groups"]

@@ -239,7 +239,8 @@ def run(client: Any, database: str, table: str, kind: str, period: str | None, w
     sql = athena_sql(table, kind, period, rules, cfg, basis, params, checkpoint)
     qid = _call("StartQueryExecution", client.start_query_execution, QueryString=sql,
                 QueryExecutionContext={"Database": database}, WorkGroup=workgroup,
-                ResultConfiguration={"OutputLocation": output_location})["QueryExecutionId"]
+                **({"ResultConfiguration": {"OutputLocation": output_location}} if output_location else {})
+                )["QueryExecutionId"]
     states: list[str] = []
     deadline = time.monotonic() + timeout
     while True:

@@ -244,10 +244,14 @@ def store_results(con: duckdb.DuckDBPyConnection, run: EngineRun, rows: Iterable
     return run_id
 
 
-def latest_run(con: duckdb.DuckDBPyConnection, engine: str, period: str | None, basis: str, key: str) -> int | None:
+def latest_run(con: duckdb.DuckDBPyConnection, engine: str, period: str | None, basis: str, key: str,
+               source: str | None) -> int | None:
+    """The newest stored run of `engine` over `source` with the same period, basis, config and rules."""
+    if source is None:
+        return None
     try:
         row = con.execute("SELECT max(run_id) FROM engine_runs WHERE engine = ? AND period = ? AND basis = ? "
-                          "AND config_key = ?", [engine, period or "all", basis, key]).fetchone()
+                          "AND config_key = ? AND source = ?", [engine, period or "all", basis, key, source]).fetchone()
     except duckdb.CatalogException:
         return None
     return int(row[0]) if row and row[0] is not None else None
