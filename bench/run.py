@@ -205,7 +205,7 @@ def goals(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
     if big is not small:
         ratio = peak(big) / max(peak(small), 1e-9)
-        out.insert(2, (f"peak RSS at {n} within 1.5x of {small['rows']:,}", round(ratio, 2), 1.5, "x"))
+        out.insert(2, (f"peak RSS at {n} within 1.5x of {small['rows']:,}", ratio, 1.5, "x"))
     res = []
     for name, value, limit, unit in out:
         ok = value <= limit if "<=" in name or "within" in name else value < limit
