@@ -315,6 +315,7 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
         with billing_audit.open(db) as store:
             run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
                                 checkpoint, options=_options(engine_opts))
+            _say_run(store, run_id)
             counts = dict(store.con.execute(
                 "SELECT rule_id, n FROM engine_results WHERE run_id = ? AND kind = 'rule'", [run_id]).fetchall())
         if not quiet:
@@ -488,7 +489,19 @@ def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine_opt
         if run_id is None:
             run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint,
                                 options=_options(engine_opts))
+            _say_run(store, run_id)
+        else:
+            err.print(f"using {engine} run {run_id} (same source, period, basis, config and rules)", markup=False)
         return build_report(store, cfg, period, basis, engine_run=run_id)
+
+
+def _say_run(store: Any, run_id: int) -> None:
+    """What came back from the engine, and what it read (bytes processed/scanned where it says)."""
+    engine, source, scanned, n = store.con.execute(
+        "SELECT r.engine, r.source, r.bytes_processed, (SELECT count(*) FROM engine_results e WHERE e.run_id = r.run_id) "
+        "FROM engine_runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    read = f"; it processed {scanned:,} bytes" if scanned is not None else ""
+    err.print(f"{engine} run {run_id} over {source}: {n:,} aggregate rows came back{read}", markup=False)
 
 
 def store_params(rules: Any, checkpoint: dict[str, Any] | None) -> dict[str, Any]:

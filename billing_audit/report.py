@@ -350,8 +350,10 @@ def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:
 
 
 def store_periods(store: Store) -> list[str]:
-    """Billing months present in the store, oldest first."""
-    rows = store.con.execute(f"SELECT DISTINCT strftime({PERIOD}, '%Y-%m') AS p FROM line_items ORDER BY p").fetchall()
+    """Billing months present in the store, oldest first (from the slices ingest keeps: no scan of the lines;
+    a slice's BillingPeriodStart is already its month)."""
+    rows = store.con.execute("SELECT DISTINCT strftime(BillingPeriodStart, '%Y-%m') AS p FROM slices WHERE rows > 0 "
+                             "ORDER BY p").fetchall()
     return [r[0] for r in rows if r[0]]
 
 

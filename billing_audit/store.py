@@ -113,13 +113,13 @@ class IngestReport:
 Progress = Callable[[str, int], None]
 WIDE_COLUMNS = 1000  # files with more columns are read on one thread (memory)
 WIDE_KIB_PER_COLUMN = 160  # what such a file needs per column, measured (10,000 tag columns: ~1.5 GB)
-DEFAULT_MEMORY_MB = 700
+DEFAULT_MEMORY_MB = 600
 
 
 def configure(con: duckdb.DuckDBPyConnection) -> None:
     """Session settings: UTC, no progress bar, bounded memory (spilling to disk beyond it), all cores.
 
-    700 MB keeps a 10M-line month under 0.9 GiB of RSS at every stage for a few percent of speed (bench/)."""
+    600 MB keeps a 10M-line month under 0.8 GiB of RSS at every stage for a few percent of speed (bench/)."""
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")
     con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", f"{DEFAULT_MEMORY_MB}MB")])

@@ -255,6 +255,7 @@ def test_report_engine_bigquery_on_the_command_line(adc: FakeBigQuery, tmp_path:
     con = duckdb.connect(str(db), read_only=True)
     engine, source, scanned = con.execute("SELECT engine, source, bytes_processed FROM engine_runs").fetchone()
     assert (engine, source) == ("bigquery", FULL) and scanned > 0
+    assert f"it processed {scanned:,} bytes" in r.stderr
     assert con.execute("SELECT count(*) FROM line_items").fetchone()[0] == 0
     con.close()
     # the byte guard from the command line: refused after the dry run, nothing more sent
