@@ -263,3 +263,18 @@ def test_report_engine_bigquery_on_the_command_line(adc: FakeBigQuery, tmp_path:
                                   "--bq-table", FULL, "--period", PERIOD, "--max-bytes-billed", "1"])
     assert r.exit_code != 0 and "--max-bytes-billed" in r.output
     assert len(adc.queries(dry_run=False)) == 1
+
+
+def test_a_rule_bigquery_cannot_run_is_refused_at_load_time(tmp_path: Path) -> None:
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "ZZ901_bang_escape.sql").write_text(
+        "/*\nid: ZZ901\nname: custom.bang\ntitle: bang escape\ncategory: custom\nseverity: low\n"
+        "providers: [gcp]\ndescription: LIKE with an escape character BigQuery does not have\n*/\n"
+        "select x_LineItemId, 'x' as reason from line_items where ChargeDescription like 'GPU!_%' escape '!'\n")
+    custom = load_rules([rules_dir]).rules
+    with pytest.raises(pipeline.RuleNotPortable, match="ZZ901.*cannot run on bigquery.*ESCAPE") as e:
+        pipeline.engine_sql("bigquery", [*RULES, *custom], Config(), PERIOD, "effective")
+    assert "ZZ901_bang_escape.sql" in str(e.value)
+    # the same rule is fine where the construct exists
+    assert "ESCAPE" in pipeline.engine_sql("athena", custom, Config(), PERIOD, "effective")
