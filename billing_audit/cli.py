@@ -309,9 +309,10 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
                                 "spark, bigquery or athena")
     if engine != "duckdb":  # the rules (and the aggregation) run on the engine; hit counts come back
         from billing_audit.engines import run_engine
+        from billing_audit.store import checkpoint_params
 
         checkpoint = cfg.checkpoint_settings()
-        merged = {**store_params(chosen, checkpoint), **typed}
+        merged = {**checkpoint_params(chosen, checkpoint), **typed}
         with billing_audit.open(db) as store:
             run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
                                 checkpoint, options=_options(engine_opts))
@@ -477,11 +478,12 @@ def _engine_report(db: str, cfg: Any, period: str | None, basis: str, engine_opt
     from billing_audit.engines import expected_source, pipeline, run_engine
     from billing_audit.report import build_report
     from billing_audit.rules import load_rules
+    from billing_audit.store import checkpoint_params
 
     rules = load_rules().rules
     checkpoint = cfg.checkpoint_settings()
     with billing_audit.open(db) as store:
-        params = store_params(rules, checkpoint)
+        params = checkpoint_params(rules, checkpoint)
         engine = engine_opts["engine"]
         source = expected_source(store, engine, _options(engine_opts))
         run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params),
@@ -502,17 +504,6 @@ def _say_run(store: Any, run_id: int) -> None:
         "FROM engine_runs r WHERE r.run_id = ?", [run_id]).fetchone()
     read = f"; it processed {scanned:,} bytes" if scanned is not None else ""
     err.print(f"{engine} run {run_id} over {source}: {n:,} aggregate rows came back{read}", markup=False)
-
-
-def store_params(rules: Any, checkpoint: dict[str, Any] | None) -> dict[str, Any]:
-    """The rule parameters `tag` derives from the config's checkpoint keys (Store.tag does the same)."""
-    merged: dict[str, Any] = {}
-    declared = {p for r in rules for p in r.meta.params}
-    for key in ("tag_keys", "tag_values"):
-        name = f"checkpoint_{key}"
-        if checkpoint and name in declared and checkpoint.get(key) is not None:
-            merged[name] = [str(v).lower() for v in checkpoint[key]]
-    return merged
 
 
 def _check_period(period: str | None) -> None:

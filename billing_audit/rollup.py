@@ -52,27 +52,39 @@ def _span(t: str = "l") -> str:
     return f"date_diff('second', {t}.ChargePeriodStart, {t}.ChargePeriodEnd) / 3600.0"
 
 
-def groups_sql(ranks: str = RANKS_SQL) -> str:
-    """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period."""
-    spot, fee = f"c.rank = {SPOT_RANK}", f"c.rank = {FEE_RANK}"
+SPOT = f"c.rank = {SPOT_RANK}"  # over line_items l LEFT JOIN <ranks> c
+FEE = f"c.rank = {FEE_RANK}"
+
+
+def measures(bases: tuple[str, ...]) -> str:
+    """What each group sums, the same on every engine: lines; cost for each basis in `bases` (effective,
+    billed) and list cost; restarts counted by fee lines; the largest spot usage in hours (capped at the
+    charge period's length, DECIMAL so that engines add it up alike); spot lines priced above their cost."""
     hours = (f"CASE WHEN regexp_matches(lower(coalesce(l.PricingUnit, '')), '{HOUR_UNITS}') "
              "THEN CAST(l.PricingQuantity AS DOUBLE) "
              f"WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{HOUR_UNITS}') "
              f"THEN CAST(l.ConsumedQuantity AS DOUBLE) ELSE {_span()} END")
-    priced = "sum(CASE WHEN {spot} AND coalesce(l.ListCost, 0) > coalesce(l.{c}, 0) THEN 1 ELSE 0 END)"
+    parts = ["count(*) AS n"]
+    parts += [f"sum(coalesce(l.{COST_BASES[b]}, 0)) AS {b}" for b in bases]
+    parts += [
+        "sum(coalesce(l.ListCost, 0)) AS list",
+        f"sum(CASE WHEN {FEE} THEN CASE WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{COUNTABLE_UNIT}') "
+        "THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n",
+        f"max(CAST(CASE WHEN {SPOT} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL "
+        f"THEN least({_span()}, {hours}) END AS DECIMAL(38,12))) AS hours",
+    ]
+    parts += [f"sum(CASE WHEN {SPOT} AND coalesce(l.ListCost, 0) > coalesce(l.{COST_BASES[b]}, 0) THEN 1 ELSE 0 END) "
+              f"AS priced_{b}" for b in bases]
+    return ",\n       ".join(parts)
+
+
+def groups_sql(ranks: str = RANKS_SQL) -> str:
+    """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period."""
     return f"""
 SELECT {KEY_HASH} AS h, l.BillingPeriodStart AS bps, CAST(l.ChargePeriodStart AS DATE) AS day,
        c.rank AS rank, coalesce(c.signal, false) AS signal,
-       CASE WHEN {spot} THEN l.ChargePeriodStart END AS cps, CASE WHEN {spot} THEN l.ChargePeriodEnd END AS cpe,
-       count(*) AS n,
-       sum(coalesce(l.EffectiveCost, 0)) AS effective, sum(coalesce(l.BilledCost, 0)) AS billed,
-       sum(coalesce(l.ListCost, 0)) AS list,
-       sum(CASE WHEN {fee} THEN CASE WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{COUNTABLE_UNIT}')
-                                     THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
-       max(CAST(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
-                THEN least({_span()}, {hours}) END AS DECIMAL(38,12))) AS hours,
-       {priced.format(spot=spot, c="EffectiveCost")} AS priced_effective,
-       {priced.format(spot=spot, c="BilledCost")} AS priced_billed
+       CASE WHEN {SPOT} THEN l.ChargePeriodStart END AS cps, CASE WHEN {SPOT} THEN l.ChargePeriodEnd END AS cpe,
+       {measures(("effective", "billed"))}
 FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId
 GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 

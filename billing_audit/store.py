@@ -126,6 +126,17 @@ def configure(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET threads = ?", [int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))])
 
 
+def checkpoint_params(rules: Sequence[Any], checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """The config's checkpoint keys as parameters of the rules that take them (explicit --param wins)."""
+    merged: dict[str, Any] = {}
+    declared = {p for r in rules for p in r.meta.params}
+    for key in ("tag_keys", "tag_values"):
+        name = f"checkpoint_{key}"
+        if checkpoint and name in declared and checkpoint.get(key) is not None:
+            merged[name] = [str(v).lower() for v in checkpoint[key]]
+    return merged
+
+
 def resolve_db(path: str | os.PathLike[str] | None) -> Path:
     return Path(path or os.environ.get("BILLING_AUDIT_DB") or DEFAULT_DB)
 
@@ -436,15 +447,7 @@ class Store:
         from billing_audit.tagging import run_rules, sandbox
 
         chosen = list(rules) if rules is not None else load_rules().rules
-        merged: dict[str, Any] = {}
-        if checkpoint:  # the config's checkpoint keys feed the rules that take them, unless set explicitly
-            declared = {p for r in chosen for p in r.meta.params}
-            for key in ("tag_keys", "tag_values"):
-                name = f"checkpoint_{key}"
-                if name in declared and checkpoint.get(key) is not None:
-                    merged[name] = [str(v).lower() for v in checkpoint[key]]
-        merged.update(params or {})
-        params = merged
+        params = {**checkpoint_params(chosen, checkpoint), **(params or {})}
         self.con.close()
         try:
             box = sandbox(str(self.path))

@@ -28,7 +28,7 @@ import duckdb
 from billing_audit import rollup
 from billing_audit.config import Config
 from billing_audit.engines.portable import NotPortable, to_engine
-from billing_audit.rules import CATEGORIES, Rule
+from billing_audit.rules import Rule
 from billing_audit.tagging import DEFAULT_CHECKPOINT, _bind, _renamed
 
 KEY = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "tag_job", "tag_team"]
@@ -82,7 +82,6 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
     a = cfg.attribution
     if basis not in rollup.COST_BASES:
         raise rollup.BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
-    cost_col = rollup.COST_BASES[basis]
     hits = " UNION ALL ".join(
         f"SELECT DISTINCT CAST(x_LineItemId AS VARCHAR) AS x_LineItemId, '{r.id}' AS rule_id, "
         f"'{r.category}' AS category FROM ({_renamed(r).sql(dialect='duckdb')}) AS rule_output "
@@ -90,13 +89,7 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
         for r in rules
     ) or "SELECT CAST(NULL AS VARCHAR) AS x_LineItemId, CAST(NULL AS VARCHAR) AS rule_id, " \
          "CAST(NULL AS VARCHAR) AS category WHERE FALSE"
-    rank = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
-    spot, fee = f"c.rank = {rollup.SPOT_RANK}", f"c.rank = {rollup.FEE_RANK}"
-    span = "DATE_DIFF('second', l.ChargePeriodStart, l.ChargePeriodEnd) / 3600.0"
-    hours = (f"CASE WHEN REGEXP_MATCHES(LOWER(COALESCE(l.PricingUnit, '')), '{rollup.HOUR_UNITS}') "
-             "THEN CAST(l.PricingQuantity AS DOUBLE) "
-             f"WHEN REGEXP_MATCHES(LOWER(COALESCE(l.ConsumedUnit, '')), '{rollup.HOUR_UNITS}') "
-             f"THEN CAST(l.ConsumedQuantity AS DOUBLE) ELSE {span} END")
+    spot = rollup.SPOT
     pf = rollup.period_filter(period, "l.BillingPeriodStart")
     job = rollup.first_tag(a.job_tag_keys, "l.Tags")
     team = rollup.first_tag(a.team_tag_keys, "l.Tags")
@@ -109,24 +102,18 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
         f"CASE WHEN {spot} THEN l.ChargePeriodEnd END",
     ]
     same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in KEY)
-    cost_sum = "" if basis == "list" else f" SUM(COALESCE(l.{cost_col}, 0)) AS {basis},"
+    bases = () if basis == "list" else (basis,)  # list cost is summed anyway
     cost_pick = "" if basis == "list" else f" g0.{basis} AS {basis},"
     priced_pick = "" if basis == "list" else f", g0.priced_{basis} AS priced_{basis}"
     ctes: list[tuple[str, str]] = [
         ("checkpoint_resources", checkpoint_sql(checkpoint)),
         ("hits", hits),
-        ("ranks", f"SELECT x_LineItemId, MIN({rank}) AS rank, "
+        ("ranks", f"SELECT x_LineItemId, MIN({rollup.CATEGORY_RANK}) AS rank, "
                   "MAX(CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END) = 1 AS signal "
                   "FROM hits GROUP BY x_LineItemId"),
         ("g0", f"""
 SELECT {", ".join(f"{e} AS {c}" for e, c in zip(g0_exprs, g0_cols, strict=True))},
-       COUNT(*) AS n,{cost_sum} SUM(COALESCE(l.ListCost, 0)) AS list,
-       SUM(CASE WHEN {fee} THEN CASE WHEN REGEXP_MATCHES(LOWER(COALESCE(l.ConsumedUnit, '')), '{rollup.COUNTABLE_UNIT}')
-                                     THEN COALESCE(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n,
-       MAX(CAST(CASE WHEN {spot} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL
-                THEN LEAST({span}, {hours}) END AS DECIMAL(38,12))) AS hours,
-       SUM(CASE WHEN {spot} AND COALESCE(l.ListCost, 0) > COALESCE(l.{cost_col}, 0) THEN 1 ELSE 0 END)
-         AS priced_{basis}
+       {rollup.measures(bases)}
 FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId
 WHERE {pf}
 GROUP BY {", ".join(g0_exprs)}"""),
