@@ -27,8 +27,30 @@ def _handle_errors(f: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class ConnectorChoice(click.ParamType):
+    """One of the connectors that have a given part, looked up when the value is checked or help is shown."""
+
+    name = "connector"
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def choices(self) -> tuple[str, ...]:
+        from billing_audit.registry import with_part
+
+        return with_part(self.part)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(self.choices()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value in self.choices():
+            return str(value)
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, self.choices()))}.", param, ctx)
+
+
 @click.command("generate")
-@click.option("--provider", type=click.Choice(["aws", "azure", "gcp"]), required=True,
+@click.option("--provider", type=ConnectorChoice("synthetic"), required=True,
               help="aws: legacy CUR Athena parquet; azure: EA cost-details CSV run with manifest.json; "
                    "gcp: detailed BigQuery billing export as nested parquet.")
 @click.option("--rows", type=click.IntRange(min=1), default=10_000, show_default=True, help="Line items to write.")
@@ -52,7 +74,7 @@ def command(provider: str, rows: int, out_dir: str, seed: int, rows_per_file: in
       billing-audit generate --provider azure --rows 50000 --out /tmp/ea --seed 7
       billing-audit generate --provider gcp --rows 10000 --out /tmp/gcp && billing-audit audit /tmp/gcp
     """
-    from connectors.generate import generate
+    from billing_audit.generate import generate
 
     started = time.perf_counter()
     files = generate(provider, rows, out_dir, seed=seed, rows_per_file=rows_per_file)

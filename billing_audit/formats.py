@@ -4,16 +4,20 @@ A format is data: which source columns it reads (with the kind each is parsed
 as), how it recognises a file from its own header or schema, and one SQL SELECT
 that maps the parsed source (a relation called ``src``) onto canonical columns
 (see :mod:`billing_audit.schema`).  Provider-specific formats live in
-``connectors/``; this module knows none of them by name.
+the connector packages (found through :mod:`billing_audit.registry`); this module knows none of them by name.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
+
+from billing_audit.registry import connector
+from billing_audit.registry import names as registry_names
 
 # Kinds a source column is parsed as before the mapping SQL sees it.
 TEXT = "text"  # VARCHAR, trimmed of nothing; ids stay text (leading zeros kept)
@@ -87,17 +91,49 @@ def has_any(cols: dict[str, str], *names: str) -> bool:
     return any(n.lower() in cols for n in names)
 
 
-def registry() -> list[ExportFormat]:
-    """Every known format, most specific first."""
-    from connectors import FORMATS
+def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]]:
+    """(local files found, keys not found) for the keys a manifest lists."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for k in keys:
+        f = resolve_key(manifest, k)
+        if f is None:
+            missing.append(k)
+        else:
+            found.append(f)
+    return found, missing
 
-    return list(FORMATS)
+
+def resolve_key(manifest: Path, key: str) -> Path | None:
+    """Find the local copy of a bucket key named in a manifest, near the manifest."""
+    parts = [p for p in key.split("/") if p]
+    for base in [manifest.parent, *list(manifest.parents)[:4]]:
+        for i in range(len(parts)):
+            cand = base.joinpath(*parts[i:])
+            if cand.is_file():
+                return cand
+    return None
+
+
+def registry() -> list[ExportFormat]:
+    """Every known format, most specific first (lower ``priority``, then id)."""
+    return list(_formats())
 
 
 def manifest_readers() -> list[ManifestReader]:
-    from connectors import MANIFESTS
+    """Every connector's manifest readers, in connector order."""
+    return list(_manifests())
 
-    return list(MANIFESTS)
+
+@functools.cache
+def _formats() -> tuple[ExportFormat, ...]:
+    found = [f for name in registry_names() for f in getattr(connector(name), "FORMATS", [])]
+    return tuple(sorted(found, key=lambda f: (f.priority, f.id)))
+
+
+@functools.cache
+def _manifests() -> tuple[ManifestReader, ...]:
+    return tuple(m for name in registry_names() for m in getattr(connector(name), "MANIFESTS", []))
 
 
 def describe_formats() -> str:

@@ -1,6 +1,6 @@
 """`billing-audit pull aws`: fetch CUR / CUR 2.0 / FOCUS deliveries from S3, then ingest them.
 
-Thin click layer over :mod:`connectors.aws_pull`; the AWS SDK is imported only when the
+Thin click layer over :mod:`connectors.aws.pull`; the AWS SDK is imported only when the
 command runs (every CLI start imports this module).
 """
 
@@ -83,8 +83,10 @@ Examples:
 def command(bucket: str | None, prefix: str | None, export_name: str | None, report_name: str | None,
             periods: tuple[str, ...], profile: str | None, region: str | None, endpoint_url: str | None,
             db: str, cache_dir: str, dry_run: bool, quiet: bool) -> None:
-    from connectors import aws_pull
-    from connectors.pull_common import describe_plan
+    from billing_audit import registry
+
+    aws_pull = registry.part("aws", "pull")
+    describe_plan = aws_pull.describe_plan
 
     if export_name and report_name:
         raise BillingAuditError("give --export (CUR 2.0 / FOCUS) or --report (legacy CUR), not both")

@@ -1,4 +1,4 @@
-"""`billing-audit pull azure`: the click command over connectors.azure_pull (imported only when run)."""
+"""`billing-audit pull azure`: the click command over connectors.azure.pull (imported only when run)."""
 
 from __future__ import annotations
 
@@ -100,8 +100,10 @@ def command(
     db: str,
     quiet: bool,
 ) -> None:
-    from connectors import azure_pull as ap
-    from connectors.pull_common import describe_plan
+    from billing_audit import registry
+
+    ap = registry.part("azure", "pull")
+    describe_plan = ap.describe_plan
 
     wanted = _periods(periods)
     ap.register_secret(connection_string)
@@ -161,7 +163,9 @@ def command(
 
 
 def _fetch_all(plans: list[Any], quiet: bool) -> tuple[list[Path], list[str], int, int, int]:
-    from connectors import azure_pull as ap
+    from billing_audit import registry
+
+    ap = registry.part("azure", "pull")
 
     paths: list[Path] = []
     errors: list[str] = []

@@ -1,6 +1,6 @@
 """`billing-audit pull gcp`: one invoice month of the BigQuery billing export, queried, cached as parquet, ingested.
 
-The Google SDK is imported by connectors.gcp_pull inside its functions, and that module is
+The Google SDK is imported by connectors.gcp.pull inside its functions, and that module is
 imported inside the command: starting the CLI never loads it.
 """
 
@@ -100,7 +100,9 @@ def _progress_hooks(show: bool):  # type: ignore[no-untyped-def]
 @handle_errors
 def command(table: str, months: tuple[str, ...], project: str | None, cache: str, db: str, dry_run: bool,
             max_bytes: int | None, late_days: int, force: bool, quiet: bool) -> None:
-    from connectors import gcp_pull as gp
+    from billing_audit import registry
+
+    gp = registry.part("gcp", "pull")
 
     ref = gp.parse_table(table, project)  # before any request
     plan = gp.PullPlan(ref=ref, job_project=project or ref.project,

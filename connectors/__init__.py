@@ -1,24 +1,11 @@
-"""Everything provider-specific: export formats, manifests and (later) remote pulls.
+"""Connector packages, one per cloud (``aws``, ``azure``, ``gcp``) plus ``focus``, the FinOps Open Cost and
+Usage Specification that every cloud can write.
 
-Each module here may define module-level ``FORMATS`` (ExportFormat instances) and
-``MANIFESTS`` (ManifestReader instances); they are collected on import.  Formats
-are tried in ``priority`` order (lower first, so more specific formats come
-before generic ones) when a file is detected.
+Each package owns everything about its exports: the formats and manifests (module-level ``FORMATS``
+and ``MANIFESTS`` in its ``__init__``, the mapping SQL as data), and parts the core loads only when a
+command needs them: ``pull`` (the cloud's SDK, imported there and only there), its warehouse engine
+(``athena``, ``bigquery``) and ``synthetic`` (the export generator behind ``billing-audit generate``).
+The core finds the packages through the ``billing_audit.connectors`` entry points (pyproject.toml)
+and never imports them by name.  A cloud package never imports another; any may use ``focus`` and
+the shared plumbing beside them (``pull_common``, ``synthetic``).
 """
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-from billing_audit.formats import ExportFormat, ManifestReader
-
-FORMATS: list[ExportFormat] = []
-MANIFESTS: list[ManifestReader] = []
-
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    _mod = importlib.import_module(f"{__name__}.{_info.name}")
-    FORMATS.extend(getattr(_mod, "FORMATS", []))
-    MANIFESTS.extend(getattr(_mod, "MANIFESTS", []))
-
-FORMATS.sort(key=lambda f: (f.priority, f.id))

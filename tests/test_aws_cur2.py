@@ -14,7 +14,7 @@ import pytest
 import billing_audit
 from billing_audit.deliveries import group
 from billing_audit.errors import InputError
-from connectors.aws_cur2 import Cur2Manifest
+from connectors.aws.cur2 import Cur2Manifest
 from support import FIXTURES, Case, source_total
 
 CUR2 = FIXTURES / "aws" / "cur2"

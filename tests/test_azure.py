@@ -12,7 +12,7 @@ import pytest
 
 import billing_audit
 from billing_audit.reader import detect, file_kind, install_macros, probe_columns
-from connectors.azure import AzureCostDetails, CostExportManifest
+from connectors.azure.cost_details import AzureCostDetails, CostExportManifest
 from support import FIXTURES, Case, dump_line_items, source_total
 
 AZ = FIXTURES / "azure"

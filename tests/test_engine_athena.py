@@ -21,9 +21,10 @@ from peers_athena import AthenaPeer, Canned
 
 import billing_audit
 from billing_audit.config import Config, load_config
-from billing_audit.engines import athena, pipeline
+from billing_audit.engines import pipeline
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule, load_rules
+from connectors.aws import athena
 from peers_aws import DUMMY, REGION, AwsPeer
 from support import FIXTURES, GOLDEN
 

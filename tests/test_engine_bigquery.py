@@ -18,11 +18,11 @@ import sqlglot
 
 import billing_audit
 from billing_audit.config import Config
-from billing_audit.engines import bigquery as ebq
 from billing_audit.engines import pipeline
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import load_rules
-from connectors import gcp_pull as gp
+from connectors.gcp import bigquery as ebq
+from connectors.gcp import pull as gp
 from peers_bigquery import STANDARD_SCHEMA, FakeBigQuery, FakeTable, ndjson_rows
 from support import FIXTURES, GOLDEN
 

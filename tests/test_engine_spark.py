@@ -13,10 +13,11 @@ from click.testing import CliRunner
 import billing_audit
 from billing_audit.cli import main
 from billing_audit.config import load_config
-from billing_audit.engines import pipeline, run_engine, spark, write_lines
+from billing_audit.engines import pipeline, run_engine, write_lines
 from billing_audit.errors import BillingAuditError
 from billing_audit.report import build_report
 from billing_audit.rules import load_rules
+from connectors.spark import engine as spark
 from support import FIXTURES
 
 os.environ.setdefault("BILLING_AUDIT_SPARK_PARTITIONS", "2")

@@ -14,8 +14,8 @@ import billing_audit
 from billing_audit.cli_generate import command
 from billing_audit.config import load_config
 from billing_audit.errors import BillingAuditError
+from billing_audit.generate import generate
 from billing_audit.report import build_report
-from connectors.generate import generate
 
 ROWS = 10_000
 

@@ -20,7 +20,7 @@ import billing_audit
 from billing_audit.cli import main
 from billing_audit.config import load_config
 from billing_audit.report import build_report
-from connectors import azure_pull as ap
+from connectors.azure import pull as ap
 from peers_azure import (
     ACCOUNT,
     DEV_KEY,

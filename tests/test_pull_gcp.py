@@ -23,7 +23,7 @@ import billing_audit
 from billing_audit.cli import main
 from billing_audit.config import load_config
 from billing_audit.report import build_report
-from connectors import gcp_pull as gp
+from connectors.gcp import pull as gp
 from connectors.pull_common import STATE_FILE, PullCache, PullError
 from peers_bigquery import STANDARD_SCHEMA, FakeBigQuery, FakeTable, Fault, focus_rows, focus_schema, ndjson_rows
 from support import FIXTURES, ROOT

@@ -90,7 +90,9 @@ def run_engine(store: Store, engine: str, rules: Sequence[Rule], cfg: Config, pe
         rows = store.con.execute(sql).fetchall()
         source = str(store.path)
     elif engine == "spark":
-        from billing_audit.engines import spark
+        from billing_audit import registry
+
+        spark = registry.part("spark", "engine")
 
         steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
         lines = opts.spark_lines
@@ -103,23 +105,25 @@ def run_engine(store: Store, engine: str, rules: Sequence[Rule], cfg: Config, pe
         sql = ";\n".join(f"-- {n}\n{s}" for n, s in steps)
         source = lines
     elif engine == "bigquery":
-        from billing_audit.engines import bigquery
-        from connectors import gcp_pull
+        from billing_audit import registry
+
+        bigquery = registry.part("gcp", "bigquery")
 
         if not opts.bq_table or not period:
             raise BillingAuditError("--engine bigquery needs --bq-table PROJECT.DATASET.TABLE and --period YYYY-MM")
         sql = pipeline.engine_sql("bigquery", rules, cfg, period, basis, params, checkpoint)
         project = opts.bq_project or opts.bq_table.split(".")[0]
-        client = gcp_pull.make_client(project, api_endpoint=opts.bq_endpoint)
+        client = bigquery.make_client(project, api_endpoint=opts.bq_endpoint)
         rows, scanned = bigquery.run(client, opts.bq_table, sql, period, opts.max_bytes_billed)
         source = opts.bq_table
     elif engine == "athena":
-        from billing_audit.engines import athena
+        from billing_audit import registry
 
+        athena = registry.part("aws", "athena")
         if not opts.athena_table or not period or "." not in opts.athena_table:
             raise BillingAuditError("--engine athena needs --athena-table DATABASE.TABLE and --period YYYY-MM")
         database, table = opts.athena_table.split(".", 1)
-        client = _athena_client(opts)
+        client = athena.make_client(opts.aws_profile, opts.aws_region, opts.aws_endpoint)
         res = athena.run(client, database, table, opts.athena_kind, period, opts.athena_workgroup,
                          opts.athena_output or "", rules=rules, cfg=cfg, basis=basis, params=params,
                          checkpoint=checkpoint)
@@ -129,10 +133,3 @@ def run_engine(store: Store, engine: str, rules: Sequence[Rule], cfg: Config, pe
     run = pipeline.EngineRun(engine=engine, source=source, period=period, basis=basis, sql=sql, config_key=key,
                              bytes_processed=scanned)
     return pipeline.store_results(store.con, run, rows)
-
-
-def _athena_client(opts: EngineOptions) -> Any:
-    from connectors.aws_pull import AwsClients
-
-    clients = AwsClients(profile=opts.aws_profile, region=opts.aws_region, endpoint_url=opts.aws_endpoint)
-    return clients.session.client("athena", endpoint_url=opts.aws_endpoint)

@@ -11,7 +11,7 @@ What a pull does, per invoice month:
 3. Otherwise one parameterised query selects the month's rows as the export has them (nested
    ``service``, ``sku``, ``project.labels``, ``labels``, ``credits`` arrays, ``invoice``, ...): credits
    and labels stay arrays - no UNNEST, so no row is repeated - and are summed / normalised by
-   :mod:`connectors.gcp` at ingest.  The result streams page by page as Arrow record batches
+   :mod:`connectors.gcp.billing_export` at ingest.  The result streams page by page as Arrow record batches
    (REST ``jobs.getQueryResults``; the BigQuery Storage API is not used) into a parquet file written
    batch by batch through ``<file>.part``, renamed when complete.
 4. The month's folder is ingested with ``Store.ingest``: the file is a full snapshot of the month,
@@ -52,8 +52,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.focus import FOCUS_SOURCE
-from connectors.gcp import RESOURCE_NESTED_COLUMNS, SCALAR_COLUMNS
+from connectors.focus.formats import FOCUS_SOURCE
+from connectors.gcp.billing_export import RESOURCE_NESTED_COLUMNS, SCALAR_COLUMNS
 from connectors.pull_common import PullCache, PullError, RemoteObject
 
 if TYPE_CHECKING:

@@ -13,8 +13,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
-from connectors.aws_cur import resolve_keys
+from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
 
 # Declared source columns (lower-case; matching is case-insensitive).  Where two
 # names mean the same thing, the comment says which agreement or vintage uses which.

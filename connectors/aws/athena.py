@@ -34,8 +34,8 @@ from billing_audit.engines import pipeline
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
-from connectors.aws_cur2 import Cur2
-from connectors.focus import AwsFocus
+from connectors.aws.cur2 import Cur2
+from connectors.focus.formats import AwsFocus
 
 KINDS = ("cur2", "focus")
 MAP = "MAP(VARCHAR, VARCHAR)"
@@ -276,3 +276,11 @@ def run(client: Any, database: str, table: str, kind: str, period: str | None, w
         if not token:
             break
     return AthenaResult(rows, sql, qid, int(scanned) if scanned is not None else None, pages, states)
+
+
+def make_client(profile: str | None, region: str | None, endpoint: str | None) -> Any:
+    """A boto3 Athena client (profile, region and endpoint as for `pull aws`)."""
+    from connectors.aws.pull import AwsClients
+
+    clients = AwsClients(profile=profile, region=region, endpoint_url=endpoint)
+    return clients.session.client("athena", endpoint_url=endpoint)

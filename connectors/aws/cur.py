@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
+from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
 
 # The Athena rule: underscore before capitals, lower-case, non-alphanumerics to _, collapse, trim.
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -251,30 +251,6 @@ def _current_assembly(assembly_manifest: Path) -> str | None:
             continue
         if isinstance(data, dict) and data.get("assemblyId"):
             return str(data["assemblyId"])
-    return None
-
-
-def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]]:
-    """(local files found, keys not found) for the keys a manifest lists."""
-    found: list[Path] = []
-    missing: list[str] = []
-    for k in keys:
-        f = resolve_key(manifest, k)
-        if f is None:
-            missing.append(k)
-        else:
-            found.append(f)
-    return found, missing
-
-
-def resolve_key(manifest: Path, key: str) -> Path | None:
-    """Find the local copy of a bucket key named in a manifest, near the manifest."""
-    parts = [p for p in key.split("/") if p]
-    for base in [manifest.parent, *list(manifest.parents)[:4]]:
-        for i in range(len(parts)):
-            cand = base.joinpath(*parts[i:])
-            if cand.is_file():
-                return cand
     return None
 
 

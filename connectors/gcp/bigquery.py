@@ -8,7 +8,7 @@ One statement, three layers of CTEs::
     <its result select>
 
 ``LINES_SQL`` is written in DuckDB SQL, like the rules and the pipeline, and translated by
-:func:`billing_audit.engines.portable.to_engine`: it carries the meaning of :mod:`connectors.gcp`
+:func:`billing_audit.engines.portable.to_engine`: it carries the meaning of :mod:`connectors.gcp.billing_export`
 (charge and pricing categories, the pricing model, the service category, net cost) over flat columns.
 
 ``FIELDS_SQL`` is BigQuery SQL as written, because what it does has no portable form:
@@ -20,12 +20,12 @@ One statement, three layers of CTEs::
   ``TO_HEX(MD5(TO_JSON_STRING(t)))`` of the whole row (a table alias as a STRUCT value is BigQuery's)
   plus a row number among identical rows;
 - the month is the query parameter ``@invoice_month`` and, for pruning, the partition window of
-  :mod:`connectors.gcp_pull` on ``_PARTITIONTIME`` (or the partitioning column);
+  :mod:`connectors.gcp.pull` on ``_PARTITIONTIME`` (or the partitioning column);
 - FLOAT money goes through its shortest decimal text to BIGNUMERIC rounded to 12 places, as the local
   ingest reads the same numbers (DECIMAL(38,12)), so both engines add up the same values.
 
 Canonical timestamps are DATETIME (UTC wall time), as DuckDB's TIMESTAMP translates.  The Google SDK
-is reached through :mod:`connectors.gcp_pull` only (the core never imports a cloud SDK).
+is reached through :mod:`connectors.gcp.pull` only (the core never imports a cloud SDK).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sqlglot import exp
 from billing_audit.engines.pipeline import RESULT_COLUMNS
 from billing_audit.engines.portable import to_engine
 from billing_audit.errors import BillingAuditError
-from connectors import gcp_pull as gp
+from connectors.gcp import pull as gp
 
 WS = r"' \t\n\r\v\f'"  # the whitespace ba_ws trims at ingest
 
@@ -256,3 +256,8 @@ def run(client: Any, table: str, sql_for_line_items: str, invoice_month: str, ma
     names = [n for n, _ in RESULT_COLUMNS]
     out = [tuple(_value(n, r[n]) for n in names) for r in rows]
     return out, int(job.total_bytes_processed or estimate)
+
+
+def make_client(project: str, api_endpoint: str | None = None) -> Any:
+    """A google-cloud-bigquery client for ``project`` (the one `pull gcp` uses)."""
+    return gp.make_client(project, api_endpoint=api_endpoint)

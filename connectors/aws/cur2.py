@@ -13,8 +13,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from billing_audit.formats import RAW, TEXT, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any
-from connectors.aws_cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name, resolve_keys
+from billing_audit.formats import RAW, TEXT, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from connectors.aws.cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name
 
 # The map columns of the CUR 2.0 table (parquet MAP; JSON object text in the CSV flavour).
 MAP_COLUMNS = ("product", "resource_tags", "cost_category", "discount", "tags")

@@ -18,7 +18,7 @@ ingested) and is reported; the other periods go on.
 
 Example::
 
-    from connectors import azure_pull as ap
+    from connectors.azure import pull as ap
     src = ap.open_container(connection_string=cs, container="costexports")
     plan = ap.plan_container(src, Path("cache/azure"), periods=["2026-10"])
     folders = ap.fetch(plan)
@@ -51,6 +51,9 @@ from connectors.pull_common import (
     download,
     safe_relpath,
     with_retries,
+)
+from connectors.pull_common import (
+    describe_plan as describe_plan,
 )
 
 T = TypeVar("T")

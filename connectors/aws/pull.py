@@ -47,6 +47,9 @@ from connectors.pull_common import (
     download,
     with_retries,
 )
+from connectors.pull_common import (
+    describe_plan as describe_plan,
+)
 
 if TYPE_CHECKING:
     from billing_audit.store import IngestReport, Store

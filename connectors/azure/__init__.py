@@ -1,0 +1,12 @@
+"""Azure: Cost Management cost details exports (EA, MCA; CSV, CSV gz, parquet) with their manifests.
+
+Azure FOCUS exports are read by :mod:`connectors.focus`.  Parts loaded on demand: ``pull`` (the Azure SDKs:
+Cost Management run history, Blob Storage), ``synthetic`` (``generate --provider azure``).
+"""
+
+from __future__ import annotations
+
+from connectors.azure import cost_details
+
+FORMATS = [*cost_details.FORMATS]
+MANIFESTS = [*cost_details.MANIFESTS]

@@ -1,0 +1,13 @@
+"""GCP: Cloud Billing export to BigQuery (standard and detailed/resource tables), as extracted to parquet,
+NDJSON or CSV.
+
+Parts loaded on demand: ``pull`` (google-cloud-bigquery), ``bigquery`` (the BigQuery engine over the export
+table in place), ``synthetic`` (``generate --provider gcp``).
+"""
+
+from __future__ import annotations
+
+from connectors.gcp import billing_export
+
+FORMATS = [*billing_export.FORMATS]
+MANIFESTS = [*billing_export.MANIFESTS]

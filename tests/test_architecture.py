@@ -1,0 +1,63 @@
+"""The core loads no connector part it does not need: no cloud SDK, no generator, on import or ingest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOCUS_FILE = next((ROOT / "fixtures" / "focus" / "azure-focus-1.2").rglob("part_0_0001.csv"))
+
+PROBE = """
+import json, sys
+{body}
+heavy = ("boto3", "botocore", "azure", "google", "pyspark")
+print(json.dumps(sorted(m for m in sys.modules
+                        if m.split(".")[0] in heavy or m == "connectors.synthetic" or m.endswith(".synthetic")
+                        or m.endswith(".pull") or m.endswith(".athena") or m.endswith(".bigquery")
+                        or m == "connectors.spark.engine" or m == "billing_audit.generate")))
+"""
+
+
+def _loaded(body: str, tmp_path: Path) -> list[str]:
+    r = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    loaded: list[str] = json.loads(r.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_import_loads_no_sdk_nor_generator(tmp_path: Path) -> None:
+    assert _loaded("import billing_audit", tmp_path) == []
+
+
+def test_library_ingest_of_a_focus_file_loads_no_sdk_nor_generator(tmp_path: Path) -> None:
+    body = (f"import billing_audit\nwith billing_audit.open({str(tmp_path / 'a.duckdb')!r}) as s:\n"
+            f"    assert s.ingest([{str(FOCUS_FILE)!r}]).rows > 0")
+    assert _loaded(body, tmp_path) == []
+
+
+def test_cli_ingest_of_a_focus_file_loads_no_sdk_nor_generator(tmp_path: Path) -> None:
+    body = ("from billing_audit.cli import main\n"
+            f"main(['ingest', {str(FOCUS_FILE)!r}, '--db', {str(tmp_path / 'c.duckdb')!r}, '-q'], standalone_mode=False)")
+    assert _loaded(body, tmp_path) == []
+
+
+def test_generate_loads_only_its_own_provider(tmp_path: Path) -> None:
+    body = f"from billing_audit.generate import generate\ngenerate('gcp', 50, {str(tmp_path / 'g')!r})"
+    assert _loaded(body, tmp_path) == ["billing_audit.generate", "connectors.gcp.synthetic", "connectors.synthetic"]
+
+
+def test_registry_knows_every_connector_and_says_did_you_mean() -> None:
+    import pytest
+
+    from billing_audit import registry
+    from billing_audit.errors import BillingAuditError
+
+    assert registry.names() == ("aws", "azure", "focus", "gcp", "spark")
+    assert registry.with_part("synthetic") == ("aws", "azure", "gcp")
+    assert registry.with_part("pull") == ("aws", "azure", "gcp")
+    with pytest.raises(BillingAuditError, match="did you mean 'azure'"):
+        registry.connector("azrue")
