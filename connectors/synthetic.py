@@ -10,9 +10,13 @@ Each provider package has a ``synthetic`` module with ``ROWS_PER_FILE`` and
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
+import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +42,7 @@ MODELS = ["resnet-sweep", "detr-large", "llm-pretrain", "t5-xxl-ft", "whisper-ft
 
 def _jobs(rng: random.Random) -> list[tuple[str, str]]:
     """48 training jobs: (job, team)."""
-    out = []
+    out: list[tuple[str, str]] = []
     for i in range(48):
         team = TEAMS[i % len(TEAMS)]
         out.append((f"{MODELS[(i * 5) % len(MODELS)]}-{i + 1}", team))
@@ -82,7 +86,7 @@ def _pick_sql(pools: list[Pool]) -> str:
 
 
 def _flatten(pools: list[Pool]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for p in pools:
         for t in p.templates:
             out.append({"tid": len(out), "kind": p.kind, **t})
@@ -202,3 +206,40 @@ def generate(write: Writer, default_per_file: int, rows: int, out_dir: str | Pat
         return write(con, int(rows), out, int(seed), int(per_file))
     finally:
         con.close()
+
+
+# -- the small writers every provider's exports are made of (the estates above and fixtures/gen_*.py) --
+
+BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark Azure writes
+
+# Arrow types of the export columns.
+STR = pa.string()
+F64 = pa.float64()
+TS_MS = pa.timestamp("ms")
+SMAP = pa.map_(pa.string(), pa.string())
+DMAP = pa.map_(pa.string(), pa.float64())
+
+
+def csv_bytes(header: Iterable[str], rows: Iterable[Mapping[str, Any]], *, keys: Iterable[str] | None = None,
+              value: Callable[[Any], object] = lambda v: v, newline: str = "\n", quoting: int = csv.QUOTE_MINIMAL,
+              bom: bool = False) -> bytes:
+    """A CSV file: ``header``, then each row's values (through ``value``) of ``keys`` (default: the header)."""
+    names = list(header)
+    cols = names if keys is None else list(keys)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator=newline, quoting=quoting)
+    w.writerow(names)
+    for r in rows:
+        w.writerow([value(r[c]) for c in cols])
+    return (BOM if bom else b"") + buf.getvalue().encode("utf-8")
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip without a timestamp in the header, so the same data gives the same bytes."""
+    return gzip.compress(data, mtime=0)
+
+
+def write_json(path: Path, obj: object) -> None:
+    """A manifest as the providers write them: indented JSON and a final newline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n")

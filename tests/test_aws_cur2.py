@@ -15,6 +15,7 @@ import billing_audit
 from billing_audit.deliveries import group
 from billing_audit.errors import InputError
 from connectors.aws.cur2 import Cur2Manifest
+from connectors.aws.synthetic import write_data_export_parquet
 from support import FIXTURES, Case, source_total
 
 CUR2 = FIXTURES / "aws" / "cur2"
@@ -80,7 +81,7 @@ def test_tags_strip_user_prefix_keep_aws_and_merge_case(db: Path, tmp_path: Path
     }
     rows[1]["resource_tags"] = None
     path = tmp_path / "BILLING_PERIOD=2026-10" / "x-00001.snappy.parquet"
-    gen.write_parquet(rows, path)
+    write_data_export_parquet(rows, path)
     with billing_audit.open(db) as store:
         assert not store.ingest([path]).errors
         tags = [r[0] for r in store.con.execute("SELECT Tags FROM line_items ORDER BY x_SourceRow").fetchall()]

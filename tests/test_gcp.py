@@ -17,6 +17,7 @@ import pytest
 
 import billing_audit
 from billing_audit.errors import InputError
+from connectors.gcp.synthetic import RESOURCE_SCHEMA, bq_json_value
 from support import FIXTURES, Case, source_total
 
 STANDARD = FIXTURES / "gcp" / "standard-ndjson"
@@ -51,7 +52,7 @@ def _write_ndjson(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def _standard_json_rows() -> list[dict[str, Any]]:
     rows = gen.standard_rows("01ABCD-23EF45-678901", datetime(2026, 11, 3, 6, tzinfo=UTC))
-    return [gen._bq_json_value(r) for r in rows]
+    return [bq_json_value(r) for r in rows]
 
 
 # -- detection -------------------------------------------------------------------------------------------------
@@ -61,11 +62,11 @@ def test_each_variant_is_detected(db: Path, tmp_path: Path) -> None:
     # the other two combinations: the standard table as parquet, the detailed table as NDJSON
     std = pa.Table.from_pylist(
         [{k: v for k, v in r.items() if k not in ("resource", "price")} for r in gen.resource_rows()],
-        schema=pa.schema([f for f in gen.RESOURCE_SCHEMA if f.name not in ("resource", "price")]),
+        schema=pa.schema([f for f in RESOURCE_SCHEMA if f.name not in ("resource", "price")]),
     )
     (tmp_path / "std").mkdir()
     pq.write_table(std, tmp_path / "std" / "x.parquet")
-    _write_ndjson(tmp_path / "detailed" / "x.json", [gen._bq_json_value(r) for r in gen.resource_rows()])
+    _write_ndjson(tmp_path / "detailed" / "x.json", [bq_json_value(r) for r in gen.resource_rows()])
     with billing_audit.open(db) as store:
         report = store.ingest([STANDARD, RESOURCE, tmp_path / "std", tmp_path / "detailed"])
         assert not report.errors, report.errors

@@ -6,22 +6,32 @@ recovery charge".
 
 from __future__ import annotations
 
+import io
 import random
+import zipfile
+from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connectors import synthetic
 from connectors.synthetic import (
     COUNT,
+    DMAP,
     DRAWS_SQL,
+    F64,
     HOURLY,
     MODEL_FIELDS,
     PARQUET_OPTIONS,
     RESTART_FEE_PPM,
+    SMAP,
+    STR,
     TEAMS,
+    TS_MS,
     UNIFORM,
     Pool,
     _copy_parts,
@@ -31,7 +41,10 @@ from connectors.synthetic import (
     _parts,
     _pick_sql,
     _register,
+    csv_bytes,
+    gzip_bytes,
     hash_str,
+    write_json,
 )
 
 ROWS_PER_FILE = 2_000_000
@@ -380,14 +393,8 @@ def write(con: duckdb.DuckDBPyConnection, rows: int, out: Path, seed: int, per_f
     pools = _aws_pools(random.Random(f"aws-{seed}"))
     _register(con, "tmpl", _flatten(pools), AWS_TMPL_SCHEMA)
     pick = _pick_sql(pools)
-    root = out / "cur" / report / report
-    folder = root / "year=2026" / "month=10"
-    folder.mkdir(parents=True, exist_ok=True)
-    (root / f"{report}-create-table.sql").write_text(
-        f"CREATE EXTERNAL TABLE IF NOT EXISTS {report.replace('-', '_')} (...)\n"
-        "PARTITIONED BY (year STRING, month STRING)\nSTORED AS PARQUET;\n"
-    )
-    (root / "cost_and_usage_data_status").mkdir(exist_ok=True)
+    folder = athena_cur_folder(out, report, 2026, 10, f"CREATE EXTERNAL TABLE IF NOT EXISTS {report.replace('-', '_')} (...)\n"
+                               "PARTITIONED BY (year STRING, month STRING)\nSTORED AS PARQUET;\n")
     tags = ", ".join(AWS_TAG_COLS)
     jobs = []
     for n, (a, b) in enumerate(_parts(rows, per_file), start=1):
@@ -398,8 +405,220 @@ def write(con: duckdb.DuckDBPyConnection, rows: int, out: Path, seed: int, per_f
     return [p for _, p in jobs]
 
 
-
-
 def generate(rows: int, out_dir: str | Path, seed: int = 0, rows_per_file: int | None = None) -> list[Path]:
     """Write ``rows`` synthetic line items of October 2026 under ``out_dir``; the data files written, in order."""
     return synthetic.generate(write, ROWS_PER_FILE, rows, out_dir, seed, rows_per_file)
+
+
+# -- legacy CUR: the Athena parquet layout and the CSV report assemblies ----------------------------
+
+
+def athena_cur_folder(out: Path, report: str, year: int, month: int, create_table: str) -> Path:
+    """The Athena-integrated report's month folder ``cur/<report>/<report>/year=Y/month=M`` (made), its
+    ``<report>-create-table.sql`` and ``cost_and_usage_data_status/``."""
+    root = out / "cur" / report / report
+    folder = root / f"year={year}" / f"month={month}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (root / f"{report}-create-table.sql").write_text(create_table)
+    (root / "cost_and_usage_data_status").mkdir(exist_ok=True)
+    return folder
+
+
+# The CSV header of each (Athena snake_case) column a legacy CUR line of the fixtures has, in file order.
+CUR_CSV_HEADERS = {
+    "identity_line_item_id": "identity/LineItemId",
+    "identity_time_interval": "identity/TimeInterval",
+    "bill_invoice_id": "bill/InvoiceId",
+    "bill_billing_entity": "bill/BillingEntity",
+    "bill_bill_type": "bill/BillType",
+    "bill_payer_account_id": "bill/PayerAccountId",
+    "bill_billing_period_start_date": "bill/BillingPeriodStartDate",
+    "bill_billing_period_end_date": "bill/BillingPeriodEndDate",
+    "line_item_usage_account_id": "lineItem/UsageAccountId",
+    "line_item_line_item_type": "lineItem/LineItemType",
+    "line_item_usage_start_date": "lineItem/UsageStartDate",
+    "line_item_usage_end_date": "lineItem/UsageEndDate",
+    "line_item_product_code": "lineItem/ProductCode",
+    "line_item_usage_type": "lineItem/UsageType",
+    "line_item_operation": "lineItem/Operation",
+    "line_item_availability_zone": "lineItem/AvailabilityZone",
+    "line_item_resource_id": "lineItem/ResourceId",
+    "line_item_usage_amount": "lineItem/UsageAmount",
+    "line_item_currency_code": "lineItem/CurrencyCode",
+    "line_item_unblended_rate": "lineItem/UnblendedRate",
+    "line_item_unblended_cost": "lineItem/UnblendedCost",
+    "line_item_blended_cost": "lineItem/BlendedCost",
+    "line_item_line_item_description": "lineItem/LineItemDescription",
+    "line_item_legal_entity": "lineItem/LegalEntity",
+    "product_product_name": "product/ProductName",
+    "product_instance_type": "product/instanceType",
+    "product_region": "product/region",
+    "product_location": "product/location",
+    "product_product_family": "product/productFamily",
+    "pricing_term": "pricing/term",
+    "pricing_unit": "pricing/unit",
+    "pricing_public_on_demand_cost": "pricing/publicOnDemandCost",
+    "pricing_public_on_demand_rate": "pricing/publicOnDemandRate",
+    "resource_tags_user_team": "resourceTags/user:Team",
+    "resource_tags_user_training_job": "resourceTags/user:training-job",
+    "resource_tags_user_purpose": "resourceTags/user:purpose",
+    "resource_tags_aws_created_by": "resourceTags/aws:createdBy",
+}
+CUR_PARQUET_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys(["bill_billing_period_start_date", "bill_billing_period_end_date", "line_item_usage_start_date",
+                     "line_item_usage_end_date"], TS_MS),
+    **dict.fromkeys(["line_item_usage_amount", "line_item_unblended_cost", "line_item_blended_cost",
+                     "pricing_public_on_demand_cost"], F64),
+}
+
+
+def cur_line(start: datetime, **kw: Any) -> dict[str, Any]:
+    """One legacy CUR line of an hour from ``start``: every column of ``CUR_CSV_HEADERS`` ("" unless given)."""
+    end = start + timedelta(hours=1)
+    row: dict[str, Any] = dict.fromkeys(CUR_CSV_HEADERS, "")
+    row.update(identity_time_interval=f"{start:%Y-%m-%dT%H:00:00Z}/{end:%Y-%m-%dT%H:00:00Z}",
+               line_item_usage_start_date=start, line_item_usage_end_date=end)
+    row.update(kw)
+    return row
+
+
+def write_cur_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    """Athena CUR parquet: empty strings for most text columns and NULL for absent tags."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([pa.field(k, CUR_PARQUET_TYPES.get(k, STR)) for k in rows[0]])
+    cols = {k: [r[k] if not k.startswith("resource_tags_") else (r[k] or None) for r in rows] for k in rows[0]}
+    pq.write_table(pa.table(cols, schema=schema), path, compression="snappy")
+
+
+def _cur_csv_value(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, datetime):
+        return f"{v:%Y-%m-%dT%H:%M:%SZ}"
+    if isinstance(v, float):
+        return format(Decimal(repr(v)).normalize(), "f") if v else "0"
+    return str(v)
+
+
+def cur_csv(rows: list[dict[str, Any]]) -> bytes:
+    """Legacy CUR lines as the CSV report writes them (``lineItem/UsageType`` headers)."""
+    return csv_bytes(CUR_CSV_HEADERS.values(), rows, keys=CUR_CSV_HEADERS, value=_cur_csv_value)
+
+
+def write_cur_csv_report(bucket: Path, report: str, start: datetime, end: datetime, payer: str,
+                         assemblies: list[tuple[str, list[dict[str, Any]]]], report_id: str = "0f3b" * 16,
+                         bucket_name: str = "example-billing-bucket") -> None:
+    """A CSV report of one billing period under ``bucket/cur/<report>/<YYYYMMDD-YYYYMMDD>/``: each
+    assembly (id, lines) a folder of two parts (``-1.csv.gz`` and ``-2.zip``) and its ``-Manifest.json``;
+    the period's manifest names the last assembly (the current one, as with "keep versions")."""
+    period = f"{start:%Y%m%d}-{end:%Y%m%d}"
+    folder = bucket / "cur" / report / period
+    manifest: dict[str, object] = {}
+    for assembly, rows in assemblies:
+        half = len(rows) // 2
+        (folder / assembly).mkdir(parents=True, exist_ok=True)
+        (folder / assembly / f"{report}-1.csv.gz").write_bytes(gzip_bytes(cur_csv(rows[:half])))
+        zbuf = io.BytesIO()
+        with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_DEFLATED) as zf:
+            delivered = end + timedelta(days=1)
+            zf.writestr(zipfile.ZipInfo(f"{report}-2.csv", date_time=delivered.timetuple()[:6]), cur_csv(rows[half:]))
+        (folder / assembly / f"{report}-2.zip").write_bytes(zbuf.getvalue())
+        manifest = {
+            "assemblyId": assembly,
+            "account": payer,
+            "columns": [{"category": k.split("/")[0], "name": k.split("/")[1]} for k in CUR_CSV_HEADERS.values()],
+            "charset": "UTF-8",
+            "compression": "GZIP",
+            "contentType": "text/csv",
+            "reportId": report_id,
+            "reportName": report,
+            "billingPeriod": {"start": f"{start:%Y%m%dT%H%M%S}.000Z", "end": f"{end:%Y%m%dT%H%M%S}.000Z"},
+            "bucket": bucket_name,
+            "reportKeys": [f"cur/{report}/{period}/{assembly}/{report}-1.csv.gz", f"cur/{report}/{period}/{assembly}/{report}-2.zip"],
+            "additionalArtifactKeys": [],
+        }
+        write_json(folder / assembly / f"{report}-Manifest.json", manifest)
+    write_json(folder / f"{report}-Manifest.json", manifest)
+
+
+# -- CUR 2.0 and the other Data Exports (FOCUS 1.2 with AWS columns): parquet parts and the manifest --
+
+# The CUR 2.0 columns the fixtures write, in table order, with their parquet types (text unless named here).
+_CUR2_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys(["bill_billing_period_end_date", "bill_billing_period_start_date", "line_item_usage_end_date",
+                     "line_item_usage_start_date"], TS_MS),
+    **dict.fromkeys(["cost_category", "product", "resource_tags"], SMAP),
+    "discount": DMAP,
+    **dict.fromkeys(["discount_bundled_discount", "discount_total_discount", "line_item_net_unblended_cost",
+                     "line_item_unblended_cost", "line_item_usage_amount", "pricing_public_on_demand_cost",
+                     "reservation_effective_cost", "savings_plan_savings_plan_effective_cost"], F64),
+}
+CUR2_SCHEMA: list[tuple[str, pa.DataType]] = [(n, _CUR2_TYPES.get(n, STR)) for n in [
+    "bill_bill_type", "bill_billing_entity", "bill_billing_period_end_date", "bill_billing_period_start_date",
+    "bill_invoice_id", "bill_invoicing_entity", "bill_payer_account_id", "bill_payer_account_name", "cost_category",
+    "discount", "discount_bundled_discount", "discount_total_discount", "identity_line_item_id",
+    "identity_time_interval", "line_item_availability_zone", "line_item_currency_code", "line_item_legal_entity",
+    "line_item_line_item_description", "line_item_line_item_type", "line_item_net_unblended_cost",
+    "line_item_net_unblended_rate", "line_item_operation", "line_item_product_code", "line_item_resource_id",
+    "line_item_unblended_cost", "line_item_unblended_rate", "line_item_usage_account_id",
+    "line_item_usage_account_name", "line_item_usage_amount", "line_item_usage_end_date",
+    "line_item_usage_start_date", "line_item_usage_type", "pricing_purchase_option", "pricing_public_on_demand_cost",
+    "pricing_public_on_demand_rate", "pricing_term", "pricing_unit", "product", "product_fee_code",
+    "product_from_location", "product_instance_type", "product_product_family", "product_region_code",
+    "product_servicecode", "product_sku", "product_to_location", "product_usagetype", "reservation_effective_cost",
+    "reservation_reservation_a_r_n", "resource_tags", "savings_plan_savings_plan_a_r_n",
+    "savings_plan_savings_plan_effective_cost",
+]]
+
+
+def write_data_export_parquet(rows: list[dict[str, Any]], path: Path, schema: list[tuple[str, pa.DataType]] = CUR2_SCHEMA) -> None:
+    """One Data Exports parquet part; map columns from dicts (None = NULL)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols: dict[str, list[object]] = {}
+    for name, typ in schema:
+        vals = [r[name] for r in rows]
+        if isinstance(typ, pa.MapType):  # pyarrow takes maps as lists of (key, value)
+            vals = [None if v is None else list(v.items()) for v in vals]
+        cols[name] = vals
+    pq.write_table(pa.table(cols, schema=pa.schema([pa.field(n, t) for n, t in schema])), path, compression="snappy")
+
+
+def glue_type(t: pa.DataType) -> str:
+    """A parquet column's type as the Data Exports manifest names it."""
+    if t == SMAP:
+        return "map<string,string>"
+    if t == DMAP:
+        return "map<string,double>"
+    return {STR: "string", F64: "double", TS_MS: "timestamp"}[t]
+
+
+def write_data_export(bucket: Path, prefix: str, export: str, arn: str, period: datetime,
+                      executions: list[tuple[str | None, str, list[list[dict[str, Any]]]]],
+                      schema: list[tuple[str, pa.DataType]] = CUR2_SCHEMA, bucket_name: str = "example-billing-bucket") -> None:
+    """One billing period of a Data Export under ``bucket/<prefix>/<export>/``.
+
+    Each execution (folder stamp or None for "overwrite" mode, execution id, parts) writes its parts to
+    ``data/BILLING_PERIOD=YYYY-MM/[stamp/]<export>-0000N.snappy.parquet``; the manifest in
+    ``metadata/BILLING_PERIOD=YYYY-MM/`` is rewritten on every execution, so the last one's is on disk.
+    """
+    end = (period + timedelta(days=32)).replace(day=1)
+    manifest: dict[str, object] = {}
+    for stamp, execution, parts in executions:
+        keys = []
+        for i, part in enumerate(parts, start=1):
+            key = f"{prefix}/{export}/data/BILLING_PERIOD={period:%Y-%m}/{f'{stamp}/' if stamp else ''}{export}-{i:05d}.snappy.parquet"
+            write_data_export_parquet(part, bucket / key, schema)
+            keys.append(key)
+        manifest = {
+            "exportArn": arn,
+            "exportName": export,
+            "executionId": execution,
+            "billingPeriod": {"start": f"{period:%Y-%m-%dT%H:%M:%S}.000Z", "end": f"{end:%Y-%m-%dT%H:%M:%S}.000Z"},
+            "bucket": bucket_name,
+            "dataFiles": [f"s3://{bucket_name}/{k}" for k in keys],
+            "columns": [{"name": n, "type": glue_type(t)} for n, t in schema],
+            "format": "PARQUET",
+            "compression": "PARQUET",
+            "additionalOutputFiles": [],
+        }
+    write_json(bucket / prefix / export / "metadata" / f"BILLING_PERIOD={period:%Y-%m}" / f"{export}-Manifest.json", manifest)

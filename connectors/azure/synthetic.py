@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connectors import synthetic
 from connectors.synthetic import (
+    BOM,
     COUNT,
     DRAWS_SQL,
     HOURLY,
@@ -32,7 +36,9 @@ from connectors.synthetic import (
     _parts,
     _pick_sql,
     _register,
+    csv_bytes,
     hash_str,
+    write_json,
 )
 
 ROWS_PER_FILE = 1_000_000
@@ -290,7 +296,7 @@ def write(con: duckdb.DuckDBPyConnection, rows: int, out: Path, seed: int, per_f
     def add_bom(tmp: Path) -> None:  # Azure writes a UTF-8 byte-order mark
         path = tmp.with_name(tmp.name[1:].removesuffix(".tmp"))
         with open(path, "wb") as dst, open(tmp, "rb") as src:
-            dst.write(b"\xef\xbb\xbf")
+            dst.write(BOM)
             shutil.copyfileobj(src, dst, 1 << 22)
         tmp.unlink()
 
@@ -298,37 +304,116 @@ def write(con: duckdb.DuckDBPyConnection, rows: int, out: Path, seed: int, per_f
     files = [folder / f"part_{k}_0001.csv" for k in range(len(parts))]
     blobs = [{"blobName": f"{rel}/{p.name}", "byteCount": p.stat().st_size, "dataRowCount": b - a}
              for p, (a, b) in zip(files, parts, strict=True)]
-    manifest = {
-        "manifestVersion": "2024-04-01",
-        "exportConfig": {
-            "exportName": export,
-            "resourceId": f"/providers/Microsoft.Billing/billingAccounts/{EA_ACCOUNT}/providers/"
-                          f"Microsoft.CostManagement/exports/{export}",
-            "dataVersion": "2024-08-01", "apiVersion": "2023-07-01-preview", "type": "ActualCost",
-            "timeFrame": "MonthToDate", "granularity": "Daily",
-        },
-        "deliveryConfig": {
-            "partitionData": True, "dataOverwriteBehavior": "CreateNewReport", "fileFormat": "Csv",
-            "compressionMode": "None",
-            "containerUri": "/subscriptions/00000000-0000-4000-8000-0000000000f1/resourceGroups/rg-finops/providers/"
-                            "Microsoft.Storage/storageAccounts/costexportsacct",
-            "rootFolderPath": "ea",
-        },
-        "runInfo": {
-            "executionType": "Scheduled", "submittedTime": "2026-11-02T05:12:43.1234567Z", "runId": run_id,
-            "startDate": "2026-10-01T00:00:00", "endDate": "2026-10-31T00:00:00",
-        },
-        "blobs": blobs,
-        "blobCount": len(blobs),
-        "byteCount": sum(b["byteCount"] for b in blobs),
-        "dataRowCount": rows,
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    write_json(folder / "manifest.json", export_manifest(
+        export=export, scope=f"/providers/Microsoft.Billing/billingAccounts/{EA_ACCOUNT}", run_id=run_id,
+        submitted="2026-11-02T05:12:43.1234567Z", start=datetime(2026, 10, 1), end=datetime(2026, 10, 31), root="ea",
+        blobs=blobs, container_uri="/subscriptions/00000000-0000-4000-8000-0000000000f1/resourceGroups/rg-finops/providers/"
+                                   "Microsoft.Storage/storageAccounts/costexportsacct"))
     return files
-
-
 
 
 def generate(rows: int, out_dir: str | Path, seed: int = 0, rows_per_file: int | None = None) -> list[Path]:
     """Write ``rows`` synthetic line items of October 2026 under ``out_dir``; the data files written, in order."""
     return synthetic.generate(write, ROWS_PER_FILE, rows, out_dir, seed, rows_per_file)
+
+
+# -- the small files of an export run (fixtures/gen_azure.py, gen_focus.py, gen_scenarios.py) -----------
+
+# Older EA files: Cost / BillingCurrency / Product, SubscriptionGuid beside a numeric SubscriptionId.
+EA_OLD_COLUMNS = [
+    "AccountOwnerId", "AccountName", "SubscriptionId", "SubscriptionGuid", "SubscriptionName", "BillingAccountId",
+    "BillingAccountName", "Date", "Product", "PartNumber", "MeterId", "ServiceFamily", "MeterCategory",
+    "MeterSubCategory", "MeterRegion", "MeterName", "Quantity", "EffectivePrice", "Cost", "UnitPrice",
+    "BillingCurrency", "ResourceLocation", "AvailabilityZone", "ConsumedService", "ResourceId", "ResourceName",
+    "ServiceInfo1", "ServiceInfo2", "AdditionalInfo", "Tags", "CostCenter", "UnitOfMeasure", "ResourceGroup",
+    "ReservationId", "ReservationName", "OfferId", "IsAzureCreditEligible", "Term", "PublisherName", "PlanName",
+    "ChargeType", "Frequency", "PublisherType",
+]
+# MCA cost details (camelCase, mostly).
+MCA_COLUMNS = [
+    "invoiceId", "previousInvoiceId", "billingAccountId", "billingAccountName", "billingProfileId",
+    "billingProfileName", "invoiceSectionId", "invoiceSectionName", "resellerName", "resellerMpnId", "costCenter",
+    "billingPeriodEndDate", "billingPeriodStartDate", "servicePeriodEndDate", "servicePeriodStartDate", "date",
+    "serviceFamily", "productOrderId", "productOrderName", "consumedService", "meterId", "meterName",
+    "meterCategory", "meterSubCategory", "meterRegion", "ProductId", "ProductName", "SubscriptionId",
+    "subscriptionName", "publisherType", "publisherId", "publisherName", "resourceGroupName", "ResourceId",
+    "resourceLocation", "location", "effectivePrice", "quantity", "unitOfMeasure", "chargeType", "billingCurrency",
+    "pricingCurrency", "costInBillingCurrency", "costInPricingCurrency", "costInUsd", "paygCostInBillingCurrency",
+    "paygCostInUsd", "exchangeRatePricingToBilling", "exchangeRateDate", "isAzureCreditEligible", "serviceInfo1",
+    "serviceInfo2", "additionalInfo", "tags", "PayGPrice", "frequency", "term", "reservationId", "reservationName",
+    "pricingModel", "unitPrice", "benefitId", "benefitName", "provider",
+]
+
+
+def cost_text(v: object) -> str:
+    """A cost-details value as text: decimals plain (no exponent, no trailing zeros), None empty."""
+    if v is None:
+        return ""
+    if isinstance(v, Decimal):
+        return format(v.normalize(), "f")
+    return str(v)
+
+
+def cost_csv(columns: list[str], rows: list[dict[str, Any]], bom: bool = False) -> bytes:
+    """Cost-details lines as an export's CSV part (CRLF line ends, a byte-order mark if ``bom``)."""
+    return csv_bytes(columns, rows, value=cost_text, newline="\r\n", bom=bom)
+
+
+def write_cost_parquet(rows: list[dict[str, Any]], columns: list[str], numbers: set[str], path: Path) -> None:
+    """Cost-details lines as a parquet export: ``numbers`` as DOUBLE, ``Date`` as timestamp[us, UTC], text else."""
+    types = {**dict.fromkeys(numbers, pa.float64()), "Date": pa.timestamp("us", tz="UTC")}
+    cols: dict[str, list[object]] = {}
+    for k in columns:
+        vals = [r.get(k, "") for r in rows]
+        cols[k] = [float(v) for v in vals] if k in numbers else vals if k == "Date" else [cost_text(v) for v in vals]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([pa.field(k, types.get(k, pa.string())) for k in columns])
+    pq.write_table(pa.table(cols, schema=schema), path, compression="snappy")
+
+
+def export_manifest(*, export: str, scope: str, run_id: str, submitted: str, start: datetime, end: datetime, root: str,
+                    blobs: list[dict[str, Any]], container_uri: str, style: str = "current", fmt: str = "Csv",
+                    overwrite: str = "CreateNewReport", compression: str = "None") -> dict[str, Any]:
+    """An export run's manifest.  ``style``: ``current`` (``manifest.json`` of 2024), ``legacy`` (the older
+    ``_manifest.json``: version and counts first, no compressionMode) or ``focus`` (a FOCUS cost export)."""
+    counts = {"byteCount": sum(b["byteCount"] for b in blobs), "blobCount": len(blobs),
+              "dataRowCount": sum(b["dataRowCount"] for b in blobs)}
+    delivery: dict[str, Any] = {"partitionData": True, "dataOverwriteBehavior": overwrite, "fileFormat": fmt}
+    if style != "legacy":
+        delivery["compressionMode"] = compression
+    body = {
+        "exportConfig": {
+            "exportName": export,
+            "resourceId": f"{scope}/providers/Microsoft.CostManagement/exports/{export}",
+            "dataVersion": {"current": "2024-08-01", "legacy": "2021-10-01", "focus": "1.2-preview"}[style],
+            "apiVersion": "2023-07-01-preview",
+            "type": "FocusCost" if style == "focus" else "ActualCost",
+            "timeFrame": "MonthToDate",
+            "granularity": "Daily",
+        },
+        "deliveryConfig": {**delivery, "containerUri": container_uri, "rootFolderPath": root},
+        "runInfo": {
+            "executionType": "Scheduled",
+            "submittedTime": submitted,
+            "runId": run_id,
+            "startDate": f"{start:%Y-%m-%dT%H:%M:%S}",
+            "endDate": f"{end:%Y-%m-%dT%H:%M:%S}",
+        },
+        "blobs": blobs,
+    }
+    if style == "current":
+        return {"manifestVersion": "2024-04-01", **body, "blobCount": counts["blobCount"], "byteCount": counts["byteCount"],
+                "dataRowCount": counts["dataRowCount"]}
+    return {**({"manifestVersion": "2021-01-01"} if style == "legacy" else {}), **counts, **body}
+
+
+def write_export_run(base: Path, rel: str, files: list[tuple[str, bytes, int]], **manifest: Any) -> None:
+    """One run of an export under ``base/rel``: its part files (name, bytes, lines) and the manifest beside
+    them (``_manifest.json`` for the legacy style, ``manifest.json`` else); ``manifest``: of ``export_manifest``."""
+    folder = base / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data, _ in files:
+        (folder / name).write_bytes(data)
+    blobs = [{"blobName": f"{rel}/{name}", "byteCount": len(data), "dataRowCount": n} for name, data, n in files]
+    name = "_manifest.json" if manifest.get("style") == "legacy" else "manifest.json"
+    write_json(folder / name, export_manifest(blobs=blobs, **manifest))

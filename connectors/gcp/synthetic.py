@@ -6,12 +6,16 @@ Restart fees read "preemption overhead".
 
 from __future__ import annotations
 
+import json
 import random
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connectors import synthetic
 from connectors.synthetic import (
@@ -35,27 +39,33 @@ from connectors.synthetic import (
 
 ROWS_PER_FILE = 2_000_000
 
+# The nested types of the export table's columns.
 KV = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
+ID_DESCRIPTION = pa.struct([("id", pa.string()), ("description", pa.string())])
+PROJECT = pa.struct([
+    ("id", pa.string()), ("number", pa.string()), ("name", pa.string()), ("labels", KV), ("ancestry_numbers", pa.string()),
+    ("ancestors", pa.list_(pa.struct([("resource_name", pa.string()), ("display_name", pa.string())]))),
+])
+LOCATION = pa.struct([("location", pa.string()), ("country", pa.string()), ("region", pa.string()), ("zone", pa.string())])
+RESOURCE = pa.struct([("name", pa.string()), ("global_name", pa.string())])
+NUMERIC = pa.decimal128(38, 9)
+TS_UTC = pa.timestamp("us", tz="UTC")
+
 GCP_TMPL_SCHEMA = pa.schema(
     MODEL_FIELDS
     + [
-        pa.field("service", pa.struct([("id", pa.string()), ("description", pa.string())])),
-        pa.field("sku", pa.struct([("id", pa.string()), ("description", pa.string())])),
-        pa.field("project", pa.struct([
-            ("id", pa.string()), ("number", pa.string()), ("name", pa.string()), ("labels", KV),
-            ("ancestry_numbers", pa.string()),
-            ("ancestors", pa.list_(pa.struct([("resource_name", pa.string()), ("display_name", pa.string())]))),
-        ])),
+        pa.field("service", ID_DESCRIPTION),
+        pa.field("sku", ID_DESCRIPTION),
+        pa.field("project", PROJECT),
         pa.field("labels", KV),
         pa.field("system_labels", KV),
-        pa.field("location", pa.struct([("location", pa.string()), ("country", pa.string()), ("region", pa.string()),
-                                        ("zone", pa.string())])),
+        pa.field("location", LOCATION),
         pa.field("cost_type", pa.string()),
         pa.field("usage_unit", pa.string()),
         pa.field("usage_factor", pa.float64()),
         pa.field("pricing_unit", pa.string()),
-        pa.field("consumption_model", pa.struct([("id", pa.string()), ("description", pa.string())])),
-        pa.field("resource", pa.struct([("name", pa.string()), ("global_name", pa.string())])),
+        pa.field("consumption_model", ID_DESCRIPTION),
+        pa.field("resource", RESOURCE),
         pa.field("credit_type", pa.string()),
         pa.field("credit_name", pa.string()),
         pa.field("credit_pct", pa.int32()),
@@ -95,20 +105,11 @@ def _gcp_pools(rng: random.Random) -> list[Pool]:
     jobs = _jobs(rng)
     skus: dict[str, str] = {}
 
-    def kv(**kw: str | None) -> list[dict[str, str]]:
-        return [{"key": k.replace("__", "-"), "value": v} for k, v in kw.items() if v is not None]
-
-    projects = {}
+    projects: dict[tuple[str, str], dict[str, Any]] = {}
     for i, team in enumerate(TEAMS):
         for kind in ("train", "data", "serve"):
             pid = f"{team}-{kind}-{100 + i}"
-            number = str(481516234200 + len(projects))
-            projects[(team, kind)] = {
-                "id": pid, "number": number, "name": pid, "labels": kv(team=team, env=kind),
-                "ancestry_numbers": f"/418273645091/{number}/",
-                "ancestors": [{"resource_name": f"projects/{number}", "display_name": pid},
-                              {"resource_name": "organizations/418273645091", "display_name": "example.com"}],
-            }
+            projects[(team, kind)] = project(pid, str(481516234200 + len(projects)), kv(team=team, env=kind))
 
     def base(**kw: Any) -> dict[str, Any]:
         t: dict[str, Any] = dict(
@@ -322,3 +323,178 @@ def write(con: duckdb.DuckDBPyConnection, rows: int, out: Path, seed: int, per_f
 def generate(rows: int, out_dir: str | Path, seed: int = 0, rows_per_file: int | None = None) -> list[Path]:
     """Write ``rows`` synthetic line items of October 2026 under ``out_dir``; the data files written, in order."""
     return synthetic.generate(write, ROWS_PER_FILE, rows, out_dir, seed, rows_per_file)
+
+
+# -- rows of the export table and the files a BigQuery extract writes (fixtures/gen_gcp.py) ------------
+
+# The detailed (resource-level) export table; the standard one is the same without ``resource`` and ``price``.
+RESOURCE_SCHEMA = pa.schema([
+    ("billing_account_id", pa.string()),
+    ("service", ID_DESCRIPTION),
+    ("sku", ID_DESCRIPTION),
+    ("usage_start_time", TS_UTC),
+    ("usage_end_time", TS_UTC),
+    ("project", PROJECT),
+    ("labels", KV),
+    ("system_labels", KV),
+    ("location", LOCATION),
+    ("tags", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string()), ("inherited", pa.bool_()),
+                                 ("namespace", pa.string())]))),
+    ("transaction_type", pa.string()),
+    ("seller_name", pa.string()),
+    ("export_time", TS_UTC),
+    ("cost", pa.float64()),
+    ("currency", pa.string()),
+    ("currency_conversion_rate", pa.float64()),
+    ("usage", pa.struct([("amount", pa.float64()), ("unit", pa.string()), ("amount_in_pricing_units", pa.float64()),
+                         ("pricing_unit", pa.string())])),
+    ("credits", pa.list_(pa.struct([("name", pa.string()), ("amount", pa.float64()), ("full_name", pa.string()),
+                                    ("id", pa.string()), ("type", pa.string())]))),
+    ("invoice", pa.struct([("month", pa.string()), ("publisher_type", pa.string())])),
+    ("cost_type", pa.string()),
+    ("adjustment_info", pa.struct([("id", pa.string()), ("description", pa.string()), ("mode", pa.string()),
+                                   ("type", pa.string())])),
+    ("cost_at_list", pa.float64()),
+    ("consumption_model", ID_DESCRIPTION),
+    ("resource", RESOURCE),
+    ("price", pa.struct([("effective_price", NUMERIC), ("tier_start_amount", NUMERIC), ("unit", pa.string()),
+                         ("pricing_unit_quantity", NUMERIC), ("list_price", NUMERIC), ("effective_price_default", NUMERIC),
+                         ("list_price_consumption_model", NUMERIC)])),
+])
+
+Row = dict[str, Any]
+
+
+def kv(**kw: str | None) -> list[dict[str, str]]:
+    """Labels as the export holds them (``__`` in a name stands for ``-``; None left out)."""
+    return [{"key": k.replace("__", "-"), "value": v} for k, v in kw.items() if v is not None]
+
+
+def project(pid: str, number: str, labels: list[dict[str, str]]) -> dict[str, Any]:
+    """A project of the example.com organization."""
+    return {
+        "id": pid, "number": number, "name": pid, "labels": labels, "ancestry_numbers": f"/418273645091/{number}/",
+        "ancestors": [{"resource_name": f"projects/{number}", "display_name": pid},
+                      {"resource_name": "organizations/418273645091", "display_name": "example.com"}],
+    }
+
+
+def credit(name: str, amount: float, type_: str, id_: str, full_name: str | None = None) -> dict[str, Any]:
+    return {"name": name, "amount": amount, "full_name": full_name or name, "id": id_, "type": type_}
+
+
+class ExportRows:
+    """Rows of one export table; every field of the schema present (None = NULL)."""
+
+    def __init__(self, account: str, currency: str, rate: float, detailed: bool, exported: datetime):
+        self.account = account
+        self.currency = currency
+        self.rate = rate
+        self.detailed = detailed
+        self.exported = exported
+        self.rows: list[Row] = []
+
+    def add(
+        self,
+        *,
+        service: dict[str, str],
+        sku: tuple[str, str],
+        start: datetime,
+        hours: int = 1,
+        cost: float,
+        cost_at_list: float | None = None,
+        usage: tuple[float, str, float, str] | None = None,
+        project: dict[str, Any] | None = None,
+        labels: list[dict[str, str]] | None = None,
+        tags: list[dict[str, Any]] | None = None,
+        location: tuple[str | None, str | None, str | None, str | None] = ("us-central1", "US", "us-central1", None),
+        credits: list[dict[str, Any]] | None = None,
+        cost_type: str = "regular",
+        invoice_month: str = "202610",
+        adjustment: dict[str, Any] | None = None,
+        consumption_model: tuple[str, str] = ("D2C9-4F53-6E20", "Default"),
+        resource: tuple[str | None, str | None] = (None, None),
+        price: tuple[Decimal, Decimal, str, Decimal] | None = None,
+        export_delay: timedelta = timedelta(hours=5, minutes=41, seconds=12, microseconds=345678),
+        system_labels: list[dict[str, str]] | None = None,
+    ) -> None:
+        loc, country, region, zone = location
+        row: Row = {
+            "billing_account_id": self.account,
+            "service": dict(service),
+            "sku": {"id": sku[0], "description": sku[1]},
+            "usage_start_time": start,
+            "usage_end_time": start + timedelta(hours=hours),
+            "project": project,
+            "labels": labels or [],
+            "system_labels": system_labels or [],
+            "location": {"location": loc, "country": country, "region": region, "zone": zone},
+            "tags": tags or [],
+            "transaction_type": "GOOGLE",
+            "seller_name": "Google",
+            "export_time": min(start + export_delay, self.exported),
+            "cost": cost,
+            "currency": self.currency,
+            "currency_conversion_rate": self.rate,
+            "usage": (
+                {"amount": usage[0], "unit": usage[1], "amount_in_pricing_units": usage[2], "pricing_unit": usage[3]}
+                if usage
+                else {"amount": 0.0, "unit": None, "amount_in_pricing_units": 0.0, "pricing_unit": None}
+            ),
+            "credits": credits or [],
+            "invoice": {"month": invoice_month, "publisher_type": "GOOGLE"},
+            "cost_type": cost_type,
+            "adjustment_info": adjustment,
+            "cost_at_list": cost_at_list,
+            "consumption_model": {"id": consumption_model[0], "description": consumption_model[1]},
+        }
+        if self.detailed:
+            row["resource"] = {"name": resource[0], "global_name": resource[1]}
+            row["price"] = (
+                {
+                    "effective_price": price[0],
+                    "tier_start_amount": Decimal(0),
+                    "unit": price[2],
+                    "pricing_unit_quantity": price[3],
+                    "list_price": price[1],
+                    "effective_price_default": price[0],
+                    "list_price_consumption_model": price[1],
+                }
+                if price
+                else None
+            )
+        self.rows.append(row)
+
+
+def bq_timestamp(t: datetime) -> str:
+    """A TIMESTAMP as ``bq extract`` writes it to JSON: UTC, fractional seconds only when there are some."""
+    s = t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if t.microsecond:
+        s += f".{t.microsecond:06d}".rstrip("0")
+    return s + " UTC"
+
+
+def bq_json_value(v: Any) -> Any:
+    """NULL fields left out, TIMESTAMP as text, NUMERIC as text, FLOAT as numbers."""
+    if isinstance(v, dict):
+        return {k: bq_json_value(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [bq_json_value(x) for x in v]
+    if isinstance(v, datetime):
+        return bq_timestamp(v)
+    if isinstance(v, Decimal):
+        return str(v)
+    return v
+
+
+def ndjson_bytes(rows: list[Row]) -> bytes:
+    """Rows as ``bq extract --destination_format NEWLINE_DELIMITED_JSON`` writes them."""
+    lines = [json.dumps(bq_json_value(r), separators=(",", ":"), ensure_ascii=False) for r in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_extract_parquet(rows: list[Row], path: Path, schema: pa.Schema = RESOURCE_SCHEMA) -> None:
+    """Rows as a parquet extract of the table (nested structs and lists, TIMESTAMP in microseconds UTC)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([{f.name: r[f.name] for f in schema} for r in rows], schema=schema)
+    pq.write_table(table, path, compression="snappy")
