@@ -221,13 +221,14 @@ DMAP = pa.map_(pa.string(), pa.float64())
 
 
 def csv_bytes(header: Iterable[str], rows: Iterable[Mapping[str, Any]], *, keys: Iterable[str] | None = None,
-              value: Callable[[Any], object] = lambda v: v, newline: str = "\n", quoting: int = csv.QUOTE_MINIMAL,
+              value: Callable[[Any], object] = lambda v: v, newline: str = "\n", quote_all: bool = False,
               bom: bool = False) -> bytes:
-    """A CSV file: ``header``, then each row's values (through ``value``) of ``keys`` (default: the header)."""
+    """A CSV file: ``header``, then each row's values (through ``value``) of ``keys`` (default: the header);
+    values quoted where needed, or all of them."""
     names = list(header)
     cols = names if keys is None else list(keys)
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator=newline, quoting=quoting)
+    w = csv.writer(buf, lineterminator=newline, quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL)
     w.writerow(names)
     for r in rows:
         w.writerow([value(r[c]) for c in cols])

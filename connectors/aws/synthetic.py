@@ -137,7 +137,8 @@ def _aws_pools(rng: random.Random) -> list[Pool]:
                     resource_tags_aws_created_by=rng.choice([None, "AssumedRole:AROAEXAMPLE:karpenter",
                                                              "IAMUser:AIDAEXAMPLE:ci"]))
 
-    spot, fees, od, ebs, ckpt_get, s3_other, ckpt_out, egress, other, tax, credit = ([] for _ in range(11))
+    kinds: list[list[dict[str, Any]]] = [[] for _ in range(11)]
+    spot, fees, od, ebs, ckpt_get, s3_other, ckpt_out, egress, other, tax, credit = kinds
     # spot GPU instances of the training jobs (and the restart fee lines of some of them)
     for k in range(2400):
         job, team = jobs[k % len(jobs)]
@@ -215,19 +216,19 @@ def _aws_pools(rng: random.Random) -> list[Pool]:
             **ec2_tags(team if k % 4 else None, None, "prod"),
         ))
     # buckets: one checkpoint bucket per job (purpose=checkpoint), plus data / log / artifact buckets
-    buckets = []
+    buckets: list[tuple[str, str, str | None, str, tuple[str, str, str, str]]] = []
     for job, team in jobs:
         buckets.append((f"ckpt-{job}", team, job, "checkpoint", AWS_REGIONS[hash_str(job) % len(AWS_REGIONS)]))
     for k in range(120):
         team = TEAMS[k % len(TEAMS)]
         purpose = ["data", "logs", "artifacts", "datasets"][k % 4]
         buckets.append((f"{team}-{purpose}-{k:03d}", team, None, purpose, AWS_REGIONS[k % len(AWS_REGIONS)]))
-    for name, team, job, purpose, reg in buckets:
+    for name, team, owner_job, purpose, reg in buckets:
         s3 = dict(
             line_item_usage_account_id=team_account[team], line_item_product_code="AmazonS3",
             line_item_resource_id=name, product_product_name="Amazon Simple Storage Service",
             product_servicecode="AmazonS3", pricing_term="OnDemand", **region_bits(reg, az=False),
-            resource_tags_user_team=team, resource_tags_user_training_job=job, resource_tags_user_purpose=purpose,
+            resource_tags_user_team=team, resource_tags_user_training_job=owner_job, resource_tags_user_purpose=purpose,
         )
         get = base(
             line_item_usage_type=f"{reg[1]}Requests-Tier2", line_item_operation="GetObject",

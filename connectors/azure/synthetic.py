@@ -122,7 +122,8 @@ def _azure_pools(rng: random.Random) -> list[Pool]:
     def rid(sub: tuple[str, str], rg: str, provider: str, name: str) -> str:
         return f"/subscriptions/{sub[0]}/resourceGroups/{rg}/providers/{provider}/{name}"
 
-    spot, fees, od, disks, ckpt_get, st_other, ckpt_out, egress, other, tax, credit = ([] for _ in range(11))
+    kinds: list[list[dict[str, Any]]] = [[] for _ in range(11)]
+    spot, fees, od, disks, ckpt_get, st_other, ckpt_out, egress, other, tax, credit = kinds
     for k in range(2200):
         job, team = jobs[k % len(jobs)]
         sub = team_sub[team]
@@ -156,16 +157,16 @@ def _azure_pools(rng: random.Random) -> list[Pool]:
         reg = AZ_REGIONS[k % len(AZ_REGIONS)]
         rg = f"rg-{team}-{['web', 'ci', 'eval', 'data'][k % 4]}"
         if k % 10 == 0:
-            meter, series, price, vcpu, _ = AZ_GPU[k % len(AZ_GPU)]
+            meter, series, payg, vcpu, _ = AZ_GPU[k % len(AZ_GPU)]
         else:
-            meter, series, price, vcpu = AZ_CPU[k % len(AZ_CPU)]
+            meter, series, payg, vcpu = AZ_CPU[k % len(AZ_CPU)]
         tags = _az_tags([("team", team), ("env", rng.choice(["prod", "dev", "ci"]))], rng) if k % 5 else ""
         if k % 211 == 7:
             tags = tags[: len(tags) // 2]  # real exports cut tag strings now and then
         od.append(base(
             ProductName=f"Virtual Machines {series} - {meter} - {reg[2]}", MeterCategory="Virtual Machines",
             MeterSubCategory=series, MeterId=meter_id(meter + reg[0]), MeterName=meter, UnitOfMeasure="1 Hour",
-            price=f"{price}", PricingModel=rng.choice(["OnDemand", "On Demand"]), ConsumedService="Microsoft.Compute",
+            price=f"{payg}", PricingModel=rng.choice(["OnDemand", "On Demand"]), ConsumedService="Microsoft.Compute",
             ResourceId=rid(sub, rg, "Microsoft.Compute", f"virtualMachines/{team}-vm-{k:04d}"), Tags=tags,
             ServiceFamily="Compute", partial_permille=40, AvailabilityZone=str(1 + k % 3), **where(sub, rg, reg),
         ))
@@ -183,15 +184,15 @@ def _azure_pools(rng: random.Random) -> list[Pool]:
             Tags=_az_tags([("team", team)], rng) if k % 3 else "", ServiceFamily="Storage",
             amt_model=UNIFORM, amt_lo=0.01, amt_hi=0.0333, amt_digits=6, **where(sub, rg, reg),
         ))
-    accounts_st = [(f"ckpt{job.replace('-', '')}"[:24], team, job, "checkpoint") for job, team in jobs]
+    accounts_st: list[tuple[str, str, str | None, str]] = [(f"ckpt{job.replace('-', '')}"[:24], team, job, "checkpoint") for job, team in jobs]
     accounts_st += [(f"{team}{p}{k:03d}"[:24], team, None, p)
                     for k, (team, p) in enumerate((TEAMS[i % 6], ["data", "logs", "artifacts"][i % 3]) for i in range(90))]
-    for name, team, job, purpose in accounts_st:
+    for name, team, owner_job, purpose in accounts_st:
         sub = team_sub[team]
         rg = f"rg-{team}-storage"
         reg = AZ_REGIONS[hash_str(name) % len(AZ_REGIONS)]
         sa = rid(sub, rg, "Microsoft.Storage", f"storageAccounts/{name}")
-        tags = _az_tags([("team", team), ("training-job", job), ("purpose", purpose)], rng)
+        tags = _az_tags([("team", team), ("training-job", owner_job), ("purpose", purpose)], rng)
         common = dict(ConsumedService="Microsoft.Storage", ResourceId=sa, Tags=tags, ServiceFamily="Storage",
                       MeterCategory="Storage", **where(sub, rg, reg))
         for mname, price, lo, hi, target in [

@@ -10,7 +10,6 @@ the providers that write an estate.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -104,4 +103,4 @@ def bigquery_time(t: datetime) -> str:
 
 def focus_csv(columns: list[str], rows: list[dict[str, Any]], *, quote_all: bool, bom: bool) -> bytes:
     """FOCUS lines as CSV text (Azure quotes every value and writes a byte-order mark; a BigQuery extract neither)."""
-    return csv_bytes(columns, rows, quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL, bom=bom)
+    return csv_bytes(columns, rows, quote_all=quote_all, bom=bom)

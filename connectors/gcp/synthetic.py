@@ -125,7 +125,8 @@ def _gcp_pools(rng: random.Random) -> list[Pool]:
     def loc(reg: tuple[str, str, str], zone: str | None) -> dict[str, str | None]:
         return {"location": reg[0], "country": reg[1], "region": reg[0], "zone": zone}
 
-    spot, fees, od, disks, ckpt_get, st_other, ckpt_out, egress, other, tax = ([] for _ in range(10))
+    kinds: list[list[dict[str, Any]]] = [[] for _ in range(10)]
+    spot, fees, od, disks, ckpt_get, st_other, ckpt_out, egress, other, tax = kinds
     for k in range(2000):
         job, team = jobs[k % len(jobs)]
         reg = GCP_REGIONS[(hash_str(job) + k // 400) % len(GCP_REGIONS)]
@@ -189,13 +190,13 @@ def _gcp_pools(rng: random.Random) -> list[Pool]:
             rate=0.1, od_rate=0.1, usage_unit="byte-seconds", usage_factor=2.0 ** 30 * 3600 * 744, pricing_unit="gibibyte month",
             amt_model=UNIFORM, amt_lo=0.01, amt_hi=3.0, amt_digits=6,
         ))
-    buckets = [(f"ckpt-{job}", team, job, "checkpoint") for job, team in jobs]
+    buckets: list[tuple[str, str, str | None, str]] = [(f"ckpt-{job}", team, job, "checkpoint") for job, team in jobs]
     buckets += [(f"{TEAMS[i % 6]}-{['data', 'logs', 'artifacts'][i % 3]}-{i:03d}", TEAMS[i % 6], None,
                  ["data", "logs", "artifacts"][i % 3]) for i in range(90)]
-    for name, team, job, purpose in buckets:
+    for name, team, owner_job, purpose in buckets:
         reg = GCP_REGIONS[hash_str(name) % len(GCP_REGIONS)]
         proj = projects[(team, "data")]
-        common = dict(project=proj, labels=kv(team=team, training__job=job, purpose=purpose),
+        common = dict(project=proj, labels=kv(team=team, training__job=owner_job, purpose=purpose),
                       location=loc(reg, None),
                       resource={"name": name, "global_name": f"//storage.googleapis.com/projects/_/buckets/{name}"})
         for desc, rate, unit, factor, punit, lo, hi, target in [
