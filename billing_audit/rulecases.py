@@ -12,6 +12,11 @@ A case file is YAML::
 Row keys are canonical line_items columns; ``Tags`` is a mapping.  Each row
 becomes one line in a scratch store, the rule runs there, and exactly the
 ``match`` rows must be hit.
+
+A rule's case file sits beside it, named after the rule file
+(``BA010_restart_fee_interrupted_spot.sql`` -> ``BA010_restart_fee_interrupted_spot.cases.yaml``),
+for the built-in rules (``rules/`` in a checkout, ``billing_audit/_rules`` in a
+wheel) and user rules alike.  Every built-in rule must have one.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import yaml
 
 from billing_audit import schema
 from billing_audit.errors import BillingAuditError
-from billing_audit.rules import Rule, RuleError, load_rules
+from billing_audit.rules import Rule, RuleError, builtin_dir, load_rules
 
-REPO_CASES = Path(__file__).resolve().parent.parent / "tests" / "rule_cases"
+CASES_SUFFIX = ".cases.yaml"
 
 
 @dataclass
@@ -58,12 +64,29 @@ def read_case_file(path: Path) -> CaseFile:
                     dict(data.get("params") or {}))
 
 
-def case_files_for(rule: Rule) -> list[Path]:
-    beside = rule.path.with_name(rule.path.stem + ".cases.yaml")
-    found = [beside] if beside.exists() else []
-    repo = REPO_CASES / f"{rule.id}.yaml"
-    if rule.builtin and repo.exists():
-        found.append(repo)
+def case_path(rule_file: Path) -> Path:
+    """Where the case file of a rule file goes: BA100_x.sql -> BA100_x.cases.yaml beside it."""
+    return rule_file.with_name(rule_file.stem + CASES_SUFFIX)
+
+
+def case_file_for(rule: Rule) -> Path | None:
+    """The case file beside the rule, if there is one (built-in and user rules alike)."""
+    path = case_path(rule.path)
+    return path if path.is_file() else None
+
+
+def builtin_case_files() -> list[Path]:
+    """Every case file in the built-in rules folder (wherever the built-in rules load from)."""
+    return sorted(builtin_dir().glob("*" + CASES_SUFFIX))
+
+
+def orphan_case_files(dirs: list[Path]) -> list[Path]:
+    """Case files in the given rule folders with no rule file beside them (e.g. left behind by a rename)."""
+    found: list[Path] = []
+    for d in dirs:
+        if d.is_dir():
+            found += [p for p in sorted(d.rglob("*" + CASES_SUFFIX))
+                      if not p.with_name(p.name[: -len(CASES_SUFFIX)] + ".sql").is_file()]
     return found
 
 
@@ -105,11 +128,16 @@ def schema_value(column: str, value: Any) -> Any:
 
 
 def check_rules(dirs: list[Path]) -> tuple[int, list[str]]:
-    """Validate every rule (and run its case files); returns (failures, report lines)."""
+    """Validate every rule (and run its case file); returns (failures, report lines).
+
+    The last line says how much ran: ``7 rules checked, 7 case files, 42 case rows run``.
+    A built-in rule without a case file fails; a user rule without one is only validated.
+    """
     from billing_audit.store import Store
 
     lines: list[str] = []
     failures = 0
+    case_files = case_rows = 0
     try:
         ruleset = load_rules(dirs)
     except RuleError as e:
@@ -124,20 +152,36 @@ def check_rules(dirs: list[Path]) -> tuple[int, list[str]]:
                     failures += 1
                     lines.append(f"FAIL {rule.id} {e}")
                     continue
-                cases = case_files_for(rule)
-                if not cases:
-                    lines.append(f"ok   {rule.id} {rule.name} (valid; no case file)")
-                    continue
-                for cf_path in cases:
-                    cf = read_case_file(cf_path)
-                    expected, hit = run_case(rule, cf)
-                    if expected == hit:
-                        lines.append(f"ok   {rule.id} {rule.name}: {len(cf.match)} match, {len(cf.no_match)} near misses")
-                    else:
+                cf_path = case_file_for(rule)
+                if cf_path is None:
+                    if rule.builtin:
                         failures += 1
-                        missed = sorted(expected - hit)
-                        wrong = sorted(hit - expected)
-                        lines.append(f"FAIL {rule.id} {cf_path}: missed {missed}, wrongly matched {wrong}")
+                        lines.append(f"FAIL {rule.id} {rule.name}: built-in rule without a case file (expected {case_path(rule.path)})")
+                    else:
+                        lines.append(f"ok   {rule.id} {rule.name} (valid; no case file)")
+                    continue
+                try:
+                    cf = read_case_file(cf_path)
+                    if cf.rule != rule.id:
+                        raise BillingAuditError(f"{cf_path}: case file is for rule {cf.rule!r}, but sits beside {rule.id}")
+                    expected, hit = run_case(rule, cf)
+                except (BillingAuditError, duckdb.Error) as e:
+                    failures += 1
+                    lines.append(f"FAIL {rule.id} {e}")
+                    continue
+                case_files += 1
+                case_rows += len(cf.match) + len(cf.no_match)
+                if expected == hit:
+                    lines.append(f"ok   {rule.id} {rule.name}: {len(cf.match)} match, {len(cf.no_match)} near misses")
+                else:
+                    failures += 1
+                    missed = sorted(expected - hit)
+                    wrong = sorted(hit - expected)
+                    lines.append(f"FAIL {rule.id} {cf_path}: missed {missed}, wrongly matched {wrong}")
         finally:
             store.close()
+    for orphan in orphan_case_files([builtin_dir(), *dirs]):
+        failures += 1
+        lines.append(f"FAIL {orphan}: case file without a rule beside it (expected {orphan.name[: -len(CASES_SUFFIX)]}.sql)")
+    lines.append(f"{len(ruleset.rules)} rules checked, {case_files} case files, {case_rows} case rows run")
     return failures, lines

@@ -59,9 +59,11 @@ FORBIDDEN_FUNCTIONS = re.compile(
     re.IGNORECASE,
 )
 
+# The built-in rules (*.sql) and their case files (*.cases.yaml): the wheel ships
+# the checkout's rules/ as billing_audit/_rules (pyproject force-include).
 BUILTIN_DIR_CANDIDATES = (
     Path(__file__).resolve().parent / "_rules",  # installed wheel
-    Path(__file__).resolve().parent.parent / "rules",  # source checkout
+    Path(__file__).resolve().parent.parent / "rules",  # source checkout (and editable installs)
 )
 
 
@@ -286,14 +288,19 @@ class RuleSet:
 
 
 def builtin_dir() -> Path:
+    """The folder the built-in rules load from (their case files sit beside them)."""
     for cand in BUILTIN_DIR_CANDIDATES:
-        if cand.is_dir():
+        # Holding rule files, so an unrelated site-packages/rules package is never taken for it.
+        if cand.is_dir() and any(cand.glob("*.sql")):
             return cand
     raise BillingAuditError("the built-in rules folder is missing from this installation")
 
 
 def load_rules(extra_dirs: list[Path] | None = None, *, builtin: bool = True) -> RuleSet:
-    """The built-in rules plus every *.sql under the given folders; ids must be unique."""
+    """The built-in rules plus every *.sql under the given folders; ids must be unique.
+
+    Only ``*.sql`` files are rules: the ``*.cases.yaml`` case files beside them are not loaded here.
+    """
     files: list[tuple[Path, bool]] = []
     if builtin:
         files += [(p, True) for p in sorted(builtin_dir().glob("*.sql"))]

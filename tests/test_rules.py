@@ -204,6 +204,8 @@ def test_rules_test_passes_on_the_builtin_pack_and_fails_on_a_bad_case(tmp_path:
     r = CliRunner().invoke(main, ["rules", "test", "--rules", str(folder)])
     assert r.exit_code == 0, r.output
     assert "ok   TM100 custom.big_gets: 1 match, 2 near misses" in r.output
+    n = len(load_rules().rules)
+    assert r.output.strip().splitlines()[-1].startswith(f"{n + 1} rules checked, {n + 1} case files, ")
     path.with_name(path.stem + ".cases.yaml").write_text(
         "rule: TM100\nmatch:\n  - {x_UsageType: USE1-Requests-Tier1, BilledCost: 0.5}\nno_match: []\n"
     )
