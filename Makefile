@@ -19,8 +19,9 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check billing_audit connectors tests
+	$(BIN)/ruff check billing_audit connectors tests fixtures bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) demo.duckdb demo-report

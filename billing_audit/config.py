@@ -20,6 +20,12 @@ from billing_audit.errors import BillingAuditError
 
 DEFAULT_FILE = "billing-audit.toml"
 
+# What marks checkpoint storage when the config says nothing (the built-in rules BA030/BA040 declare the same
+# defaults for their parameters; a test keeps them equal).
+CHECKPOINT_TAG_KEYS: tuple[str, ...] = ("purpose", "role")
+CHECKPOINT_TAG_VALUES: tuple[str, ...] = ("checkpoint", "checkpoints", "ckpt")
+CHECKPOINT_NAME_PATTERNS: tuple[str, ...] = ("%checkpoint%", "%ckpt%")
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
@@ -28,8 +34,8 @@ class _Strict(BaseModel):
 class Attribution(_Strict):
     job_tag_keys: list[str] = Field(default_factory=lambda: ["training-job", "training_job", "job", "job-id", "job_id"])
     team_tag_keys: list[str] = Field(default_factory=lambda: ["team", "cost-center", "costcenter", "owner"])
-    checkpoint_tag_keys: list[str] = Field(default_factory=lambda: ["purpose", "role"])
-    checkpoint_tag_values: list[str] = Field(default_factory=lambda: ["checkpoint", "checkpoints", "ckpt"])
+    checkpoint_tag_keys: list[str] = Field(default_factory=lambda: list(CHECKPOINT_TAG_KEYS))
+    checkpoint_tag_values: list[str] = Field(default_factory=lambda: list(CHECKPOINT_TAG_VALUES))
     checkpoint_resources: list[str] = Field(default_factory=list)
     resource_map: str | None = None
     account_teams: dict[str, str] = Field(default_factory=dict)

@@ -25,12 +25,13 @@ from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-import plotly.graph_objects as go  # type: ignore[import-untyped]
+import plotly.graph_objects as go
 import polars as pl
-from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
+from plotly.offline import get_plotlyjs
 
 import billing_audit
-from billing_audit.report import MONEY_FIELDS, UNATTRIBUTED, Report
+from billing_audit.report import MONEY_FIELDS, Report
+from billing_audit.rollup import UNATTRIBUTED
 
 # (field, legend label, colour, is an estimate)
 COMPONENTS: list[tuple[str, str, str, bool]] = [

@@ -25,6 +25,7 @@ import duckdb
 from billing_audit import formats as fm
 from billing_audit import schema
 from billing_audit.errors import InputError, UnknownFormatError
+from billing_audit.sql import ident, lit
 
 NUMERIC_TYPES = {"DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT",
                  "UINTEGER", "USMALLINT", "UTINYINT"}
@@ -78,15 +79,6 @@ def install_macros(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(m)
 
 
-def lit(value: str) -> str:
-    """A SQL string literal (paths and names only; user data is always bound)."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def fingerprint(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -123,7 +115,7 @@ def readable(path: Path) -> Iterator[list[tuple[Path, str]]]:
             zf = zipfile.ZipFile(path)
         except zipfile.BadZipFile as e:
             raise InputError(str(path), f"not a readable zip archive ({e})") from None
-        out = []
+        out: list[tuple[Path, str]] = []
         with zf:
             for info in zf.infolist():
                 if info.is_dir() or not is_data_file(Path(info.filename)):

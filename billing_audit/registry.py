@@ -72,6 +72,11 @@ def part(name: str, part: str) -> ModuleType:
     return importlib.import_module(f"{module_name(name)}.{part}")
 
 
+def providers() -> tuple[str, ...]:
+    """The clouds the connectors read bills of: the values ``x_Provider`` takes (each connector's ``PROVIDER``)."""
+    return tuple(sorted({p for n in names() if (p := getattr(connector(n), "PROVIDER", None))}))
+
+
 def with_part(part_name: str) -> tuple[str, ...]:
     """The connectors that have submodule ``part_name`` (e.g. every connector that can ``pull``)."""
     return tuple(n for n in names() if has_part(n, part_name))

@@ -30,6 +30,7 @@ import duckdb
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import CATEGORIES
+from billing_audit.sql import lit
 
 UNATTRIBUTED = "(unattributed)"
 COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
@@ -136,11 +137,6 @@ def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
 
 
 # -- steps 2 and 3: portable SQL over the groups --------------------------------------------------------------
-
-def lit(v: str | None) -> str:
-    """A SQL string literal (or NULL) that reads the same in every engine's dialect."""
-    return "NULL" if v is None else "'" + v.replace("'", "''") + "'"
-
 
 def like_pattern(pattern: str) -> str:
     """A resource-map pattern (* and ?) as a LIKE pattern with \\ escapes."""

@@ -12,14 +12,15 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import sqlglot
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlglot import exp
 
 from billing_audit.errors import BillingAuditError
+from billing_audit.registry import providers
 
 # Precedence: when a line matches rules of several categories, reports count its
 # cost once, under the first category in this order.
@@ -44,7 +45,6 @@ CATEGORY_DOCS: dict[str, str] = {
     "custom": "anything else a team wants to find",
 }
 SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
-PROVIDERS: tuple[str, ...] = ("aws", "azure", "gcp")
 
 MAX_RULE_BYTES = 256 * 1024
 
@@ -89,20 +89,32 @@ class RuleMeta(BaseModel):
     id: str = Field(pattern=r"^[A-Z]{2,5}[0-9]{3,4}$")
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
     title: str
-    category: Literal[
-        "restart_fee",
-        "other_compute_charge",
-        "storage_reread",
-        "checkpoint_egress",
-        "interruption_signal",
-        "spot_compute",
-        "on_demand_compute",
-        "custom",
-    ]
-    severity: Literal["info", "low", "medium", "high", "critical"]
-    providers: list[Literal["aws", "azure", "gcp"]] = Field(min_length=1)
+    category: str
+    severity: str
+    providers: list[str] = Field(min_length=1)
     description: str = ""
     params: dict[str, Param] = Field(default_factory=dict)
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, v: str) -> str:
+        if v not in CATEGORIES:
+            raise ValueError("unknown category")
+        return v
+
+    @field_validator("severity")
+    @classmethod
+    def _known_severity(cls, v: str) -> str:
+        if v not in SEVERITIES:
+            raise ValueError("unknown severity")
+        return v
+
+    @field_validator("providers")
+    @classmethod
+    def _known_providers(cls, v: list[str]) -> list[str]:
+        if any(p not in providers() for p in v):
+            raise ValueError("unknown provider")
+        return v
 
 
 @dataclass
@@ -112,7 +124,7 @@ class Rule:
     sql: str
     sql_line: int  # file line where the query starts
     builtin: bool = False
-    tree: exp.Expression | None = field(default=None, repr=False)
+    tree: exp.Expr | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -175,7 +187,7 @@ def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
         elif key == "severity":
             reason = f"unknown severity {raw.get('severity')!r}; severities: {', '.join(SEVERITIES)}"
         elif key == "providers":
-            reason = f"providers must be a list drawn from {', '.join(PROVIDERS)}"
+            reason = f"providers must be a list drawn from {', '.join(providers())}"
         else:
             reason = f"header key {'.'.join(loc)!r}: {err['msg']}"
         raise RuleError(path, line, reason) from None
@@ -189,7 +201,7 @@ def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
     return rule
 
 
-def check_sql(rule: Rule) -> exp.Expression:
+def check_sql(rule: Rule) -> exp.Expr:
     """Refuse anything but one read-only SELECT over the readable relations."""
     path, line = rule.path, rule.sql_line
     if not rule.sql:
@@ -251,7 +263,7 @@ def _line_for(rule: Rule, needle: str) -> int:
     return rule.sql_line
 
 
-def _outputs(tree: exp.Expression) -> list[exp.Expression]:
+def _outputs(tree: exp.Expr) -> list[exp.Expr]:
     q = tree
     while isinstance(q, exp.SetOperation):
         q = q.left

@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 
+from billing_audit import registry
 from billing_audit.errors import BillingAuditError
 from billing_audit.store import PERIOD, Store
 
@@ -308,7 +309,7 @@ def rule_text(result: SearchResult, rule_id: str, category: str = "custom", seve
     if f.get("since"):
         params.append(f"  since: {{default: {_yaml_str(f['since'].isoformat())}, description: first usage date}}\n")
         conds.append("ChargePeriodStart >= CAST($since AS DATE)")
-    providers = [f["provider"]] if f.get("provider") else ["aws", "azure", "gcp"]
+    providers = [f["provider"]] if f.get("provider") else list(registry.providers())
     slug = "_".join("".join(c for c in w if c.isascii() and c.isalnum()) for w, _ in result.terms).strip("_")
     return RULE_TEMPLATE.format(
         id=rule_id,

@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import build_groups
 from billing_audit.rules import CATEGORIES, Rule, RuleError
@@ -50,9 +51,9 @@ LINE_CATEGORY_VIEW = (
 )
 
 DEFAULT_CHECKPOINT = {
-    "tag_keys": ["purpose", "role"],
-    "tag_values": ["checkpoint", "checkpoints", "ckpt"],
-    "name_patterns": ["%checkpoint%", "%ckpt%"],
+    "tag_keys": list(CHECKPOINT_TAG_KEYS),
+    "tag_values": list(CHECKPOINT_TAG_VALUES),
+    "name_patterns": list(CHECKPOINT_NAME_PATTERNS),
     "resources": [],
 }
 

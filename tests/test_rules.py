@@ -240,3 +240,23 @@ def test_line_categories_view_applies_precedence(db: Path) -> None:
             "WHERE l.x_UsageType LIKE '%SpotInterruptionRecovery%'"
         ).fetchall()
     assert rows == [("restart_fee", ["BA010", "BA050"])]
+
+
+def test_builtin_checkpoint_parameters_default_to_the_configs_checkpoint_defaults() -> None:
+    """One list per fact: the rules' checkpoint parameter defaults are the config's defaults."""
+    from billing_audit.config import CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
+
+    rules = [r for r in load_rules().rules if "checkpoint_tag_keys" in r.meta.params]
+    assert {r.id for r in rules} == {"BA030", "BA040"}
+    for r in rules:
+        assert r.meta.params["checkpoint_tag_keys"].default == list(CHECKPOINT_TAG_KEYS), r.id
+        assert r.meta.params["checkpoint_tag_values"].default == list(CHECKPOINT_TAG_VALUES), r.id
+
+
+def test_rule_vocabularies_come_from_one_place() -> None:
+    """Categories, severities and providers are each validated against one list (providers: the connectors')."""
+    from billing_audit import registry
+    from billing_audit.rules import CATEGORIES, SEVERITIES
+
+    assert registry.providers() == ("aws", "azure", "gcp")
+    assert "restart_fee" in CATEGORIES and "critical" in SEVERITIES

@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from connectors.aws import cur, cur2
 
+PROVIDER = "aws"  # the x_Provider value of this cloud's lines
 FORMATS = [*cur.FORMATS, *cur2.FORMATS]
 MANIFESTS = [*cur.MANIFESTS, *cur2.MANIFESTS]

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.sql import lit
 
 # The Athena rule: underscore before capitals, lower-case, non-alphanumerics to _, collapse, trim.
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -206,7 +207,7 @@ class CurLegacy(ExportFormat):
 
 def _key(col: str) -> str:
     key = re.sub(r"^resource_tags_(user_)?", "", col)
-    return "'" + key.replace("'", "''") + "'"
+    return lit(key)
 
 
 class CurManifest(ManifestReader):

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit.formats import RAW, TEXT, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.sql import lit
 from connectors.aws.cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name
 
 # The map columns of the CUR 2.0 table (parquet MAP; JSON object text in the CSV flavour).
@@ -44,7 +45,7 @@ _EMPTY_TAGS = "MAP {}::MAP(VARCHAR, VARCHAR)"
 def _field(cols: dict[str, str], column: str, key: str) -> str:
     """SQL for ``column[key]``: map element, JSON member of text, or NULL when the column is absent."""
     typ = cols.get(column, "")
-    k = "'" + key.replace("'", "''") + "'"
+    k = lit(key)
     if typ.startswith("MAP"):
         return f"CAST({column}[{k}] AS VARCHAR)"
     if typ:

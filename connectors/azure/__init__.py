@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from connectors.azure import cost_details
 
+PROVIDER = "azure"  # the x_Provider value of this cloud's lines
 FORMATS = [*cost_details.FORMATS]
 MANIFESTS = [*cost_details.MANIFESTS]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.sql import lit
 
 # Declared source columns (lower-case; matching is case-insensitive).  Where two
 # names mean the same thing, the comment says which agreement or vintage uses which.
@@ -161,7 +162,7 @@ _CATEGORY = {
 def _category_case() -> str:
     arms = []
     for cat, names in _CATEGORY.items():
-        quoted = ", ".join("'" + n.lower().replace("'", "''") + "'" for n in names)
+        quoted = ", ".join(lit(n.lower()) for n in names)
         arms.append(f"WHEN lower(metercategory) IN ({quoted}) THEN '{cat}'")
     return "CASE " + " ".join(arms) + " ELSE 'Other' END"
 

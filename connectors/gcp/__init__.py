@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from connectors.gcp import billing_export
 
+PROVIDER = "gcp"  # the x_Provider value of this cloud's lines
 FORMATS = [*billing_export.FORMATS]
 MANIFESTS = [*billing_export.MANIFESTS]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from billing_audit.formats import NUM, RAW, TEXT, TIME, ExportFormat, ManifestReader, has_all, has_any
+from billing_audit.sql import ident
 
 SCALAR_COLUMNS: dict[str, str] = {
     "billing_account_id": TEXT,
@@ -235,9 +236,9 @@ def _as_json(name: str, dtype: str | None) -> str:
     if dtype is None:
         return "NULL::JSON"
     if dtype == "JSON":
-        return f'"{name}"'
+        return ident(name)
     if dtype == "VARCHAR":  # a struct written as JSON text by some other tool
-        return f'TRY_CAST("{name}" AS JSON)'
+        return f"TRY_CAST({ident(name)} AS JSON)"
     return f'to_json("{name}")'
 
 
@@ -264,8 +265,8 @@ class GcpBilling(ExportFormat):
     def render(self, cols: dict[str, str]) -> str:
         parts = ["_row"]
         for name, kind in SCALAR_COLUMNS.items():
-            expr = _unwrap_scalar(name, kind) if cols.get(name) == "JSON" else f'"{name}"'
-            parts.append(f'{expr} AS "{name}"')
+            expr = _unwrap_scalar(name, kind) if cols.get(name) == "JSON" else ident(name)
+            parts.append(f"{expr} AS {ident(name)}")
         for name in RESOURCE_NESTED_COLUMNS:
             dtype = cols.get(name) if name in self.nested else None
             parts.append(f'{_as_json(name, dtype)} AS "j_{name}"')
