@@ -30,16 +30,24 @@ is reached through :mod:`connectors.gcp.pull` only (the core never imports a clo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
+from pydantic import Field
 from sqlglot import exp
 
+from billing_audit.config import Config
+from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.engines.pipeline import RESULT_COLUMNS
 from billing_audit.engines.portable import to_engine
 from billing_audit.errors import BillingAuditError
+from billing_audit.rules import Rule
 from connectors.gcp import pull as gp
+
+if TYPE_CHECKING:
+    from billing_audit.store import Store
 
 WS = r"' \t\n\r\v\f'"  # the whitespace ba_ws trims at ingest
 
@@ -261,3 +269,38 @@ def run(client: Any, table: str, sql_for_line_items: str, invoice_month: str, ma
 def make_client(project: str, api_endpoint: str | None = None) -> Any:
     """A google-cloud-bigquery client for ``project`` (the one `pull gcp` uses)."""
     return gp.make_client(project, api_endpoint=api_endpoint)
+
+
+class BigQueryOptions(EngineOptions):
+    bq_table: str | None = Field(None, description="BigQuery: the GCP billing export table.",
+                                 json_schema_extra={"flag": "--bq-table", "metavar": "PROJECT.DATASET.TABLE"})
+    bq_project: str | None = Field(None, description="BigQuery: the project that runs the query (default: the table's).",
+                                   json_schema_extra={"flag": "--bq-project"})
+    bq_endpoint: str | None = Field(None, description="BigQuery: another API endpoint (tests, proxies).",
+                                    json_schema_extra={"flag": "--bq-endpoint", "metavar": "URL"})
+    max_bytes_billed: int | None = Field(None, ge=1, description="BigQuery: refuse (after a dry run) to process more than this.",
+                                         json_schema_extra={"flag": "--max-bytes-billed", "metavar": "BYTES"})
+
+
+class BigQueryEngine(Engine):
+    """The audit as one BigQuery statement over one invoice month of the GCP billing export table."""
+
+    name = "bigquery"
+    Options = BigQueryOptions
+
+    def source(self, store: Store, options: Any) -> str | None:
+        assert isinstance(options, BigQueryOptions)
+        return options.bq_table
+
+    def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+            params: dict[str, Any], checkpoint: dict[str, Any] | None, options: Any) -> EngineRunResult:
+        from billing_audit.engines import pipeline
+
+        assert isinstance(options, BigQueryOptions)
+        if not options.bq_table or not period:
+            raise BillingAuditError("--engine bigquery needs --bq-table PROJECT.DATASET.TABLE and --period YYYY-MM")
+        sql = pipeline.engine_sql("bigquery", rules, cfg, period, basis, params, checkpoint)
+        project = options.bq_project or options.bq_table.split(".")[0]
+        client = make_client(project, api_endpoint=options.bq_endpoint)
+        rows, scanned = run(client, options.bq_table, sql, period, options.max_bytes_billed)
+        return EngineRunResult(rows, sql, scanned, options.bq_table)
