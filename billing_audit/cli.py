@@ -261,9 +261,9 @@ def engine_options(f: Any) -> Any:
 
 
 def _options(engine_opts: dict[str, Any]) -> Any:
-    from billing_audit.engines import EngineOptions
+    from billing_audit.engines import options_from_flat
 
-    return EngineOptions(**{k: v for k, v in engine_opts.items() if k != "engine"})
+    return options_from_flat(engine_opts["engine"], engine_opts)
 
 
 @main.command()

@@ -44,9 +44,17 @@ KEY_COLUMNS = ["x_Provider", "BillingCurrency", "ResourceId", "ResourceName", "S
 KEY_HASH = "hash(" + ", ".join(f"l.{c}" for c in KEY_COLUMNS) + ")"
 KEY_HASH2 = "hash(" + ", ".join(f"l.{c}" for c in reversed(KEY_COLUMNS)) + ")"
 
-# each tagged line's category as its precedence rank (1 = first in CATEGORIES) and its signal flag
-RANKS_SQL = (f"(SELECT x_LineItemId, min({CATEGORY_RANK}) AS rank, bool_or(category = 'interruption_signal') AS signal "
-             "FROM rule_hits GROUP BY x_LineItemId)")
+
+
+def ranks_sql(hits: str) -> str:
+    """Each tagged line's category as its precedence rank (1 = first in CATEGORIES) and its signal flag,
+    from a relation of (x_LineItemId, category) hits; the same SELECT locally and on every engine."""
+    return (f"SELECT x_LineItemId, MIN({CATEGORY_RANK}) AS rank, "
+            "MAX(CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END) = 1 AS signal "
+            f"FROM {hits} GROUP BY x_LineItemId")
+
+
+RANKS_SQL = f"({ranks_sql('rule_hits')})"
 
 
 def _span(t: str = "l") -> str:
@@ -55,6 +63,17 @@ def _span(t: str = "l") -> str:
 
 SPOT = f"c.rank = {SPOT_RANK}"  # over line_items l LEFT JOIN <ranks> c
 FEE = f"c.rank = {FEE_RANK}"
+
+# What a group is besides its attribution key, over line_items l LEFT JOIN <ranks> c: billing period, day,
+# category rank, interruption signal, and for spot compute the charge period (the same locally and on engines).
+GROUP_COLUMNS = [
+    ("bps", "l.BillingPeriodStart"),
+    ("day", "CAST(l.ChargePeriodStart AS DATE)"),
+    ("rank", "c.rank"),
+    ("signal", "COALESCE(c.signal, FALSE)"),
+    ("cps", f"CASE WHEN {SPOT} THEN l.ChargePeriodStart END"),
+    ("cpe", f"CASE WHEN {SPOT} THEN l.ChargePeriodEnd END"),
+]
 
 
 def measures(bases: tuple[str, ...]) -> str:
@@ -82,9 +101,7 @@ def measures(bases: tuple[str, ...]) -> str:
 def groups_sql(ranks: str = RANKS_SQL) -> str:
     """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period."""
     return f"""
-SELECT {KEY_HASH} AS h, l.BillingPeriodStart AS bps, CAST(l.ChargePeriodStart AS DATE) AS day,
-       c.rank AS rank, coalesce(c.signal, false) AS signal,
-       CASE WHEN {SPOT} THEN l.ChargePeriodStart END AS cps, CASE WHEN {SPOT} THEN l.ChargePeriodEnd END AS cpe,
+SELECT {KEY_HASH} AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
        {measures(("effective", "billed"))}
 FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId
 GROUP BY 1, 2, 3, 4, 5, 6, 7"""

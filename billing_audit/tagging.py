@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import build_groups
+from billing_audit.rollup import build_groups, lit
 from billing_audit.rules import CATEGORIES, Rule, RuleError
 
 RULE_TABLES = [
@@ -90,23 +90,26 @@ def sandbox(path: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def checkpoint_sql(checkpoint: dict[str, Any] | None = None) -> str:
+    """``checkpoint_resources``: the (provider, resource) pairs tagged, named or listed as checkpoint storage.
+    Written with the config's lists as literals (no lambdas, no binds), so every engine runs the same SELECT."""
+    cfg = {**DEFAULT_CHECKPOINT, **(checkpoint or {})}
+    ors = []
+    vals = ", ".join(lit(str(v).lower()) for v in cfg["tag_values"])
+    if vals:
+        ors += [f"LOWER(Tags[{lit(str(k).lower())}]) IN ({vals})" for k in cfg["tag_keys"]]
+    ors += [f"LOWER(ResourceId) LIKE {lit(str(p).lower())} OR LOWER(COALESCE(ResourceName, '')) LIKE {lit(str(p).lower())}"
+            for p in cfg["name_patterns"]]
+    res = ", ".join(lit(str(r)) for r in cfg["resources"])
+    if res:
+        ors += [f"ResourceId IN ({res})", f"ResourceName IN ({res})"]
+    cond = " OR ".join(f"({o})" for o in ors) or "FALSE"
+    return f"SELECT DISTINCT x_Provider, ResourceId FROM line_items WHERE ResourceId IS NOT NULL AND ({cond})"
+
+
 def prepare(con: duckdb.DuckDBPyConnection, checkpoint: dict[str, Any] | None = None) -> None:
     """Create the relations rules may read: line_items is there; checkpoint_resources is made here."""
-    cfg = {**DEFAULT_CHECKPOINT, **(checkpoint or {})}
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE checkpoint_resources AS
-           SELECT DISTINCT x_Provider, ResourceId FROM line_items
-           WHERE ResourceId IS NOT NULL AND (
-                 list_has_any(list_transform($keys, lambda k: lower(Tags[k])), $vals)
-              OR list_bool_or(list_transform($pats, lambda p: lower(ResourceId) LIKE p OR lower(coalesce(ResourceName, '')) LIKE p))
-              OR list_contains($res, ResourceId) OR list_contains($res, ResourceName))""",
-        {
-            "keys": [k.lower() for k in cfg["tag_keys"]],
-            "vals": [v.lower() for v in cfg["tag_values"]],
-            "pats": [p.lower() for p in cfg["name_patterns"]],
-            "res": list(cfg["resources"]) or [""],
-        },
-    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE checkpoint_resources AS {checkpoint_sql(checkpoint)}")
 
 
 def _renamed(rule: Rule) -> exp.Expression:

@@ -93,7 +93,7 @@ def test_mapping_gives_every_column_the_pipeline_reads() -> None:
 
     audit = pipeline.pipeline_sql(RULES, Config(), PERIOD, "effective")
     ctes = {n for n, _ in pipeline.pipeline_parts(RULES, Config(), PERIOD, "effective")}
-    outputs = {e.alias_or_name for e in sqlglot.parse_one(ebq.LINES_SQL, read="duckdb").expressions}
+    outputs = {e.alias_or_name for e in sqlglot.parse_one(ebq.mapping_select(), read="duckdb").expressions}
     read = {c.name for c in sqlglot.parse_one(audit, read="duckdb").find_all(exp.Column)
             if c.name[:1].isupper() or c.name.startswith("x_")}
     assert read - ctes <= outputs, sorted(read - outputs)

@@ -3,41 +3,134 @@
 The rules and the report pipeline are DuckDB SQL, translated per engine (``portable``); the engine
 runs rules, attribution and aggregation in one query (``pipeline``) and only the aggregates come back
 into the local store (``engine_runs``/``engine_results``), where the report layer reads them.
+
+Every engine is an :class:`~billing_audit.engines.base.Engine` found by name: ``duckdb`` is built in, the
+others are entry points of the group ``billing_audit.engines`` (pyproject.toml), imported when first
+asked for, so the core never imports a connector:
+
+>>> from billing_audit import engines
+>>> engines.names()                                      # doctest: +SKIP
+('athena', 'bigquery', 'duckdb', 'spark')
+>>> engines.options_from_flat("bigquery", {"bq_table": "p.d.t", "spark_master": "local[2]"})  # doctest: +SKIP
+BigQueryOptions(bq_table='p.d.t', bq_project=None, bq_endpoint=None, max_bytes_billed=None)
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import importlib
 import shutil
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from billing_audit.config import Config
+from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
 from billing_audit.store import PERIOD, Store
 
-ENGINES = ("duckdb", "spark", "bigquery", "athena")
+__all__ = ["Engine", "EngineOptions", "EngineRunResult", "OptionSpec", "engine", "expected_source", "names",
+           "option_specs", "options_from_flat", "run_engine", "write_lines"]
+
+GROUP = "billing_audit.engines"
+BUILTIN = {"duckdb": "billing_audit.engines.local:DuckDBEngine"}
 
 
-@dataclass
-class EngineOptions:
-    """Where and how each engine runs (the command line's --spark-*, --bq-* and --athena-* options)."""
+@functools.cache
+def _table() -> dict[str, str]:
+    """Engine name -> ``module:Class``: the built-in DuckDB engine, then the installed entry points."""
+    table = dict(BUILTIN)
+    for ep in entry_points(group=GROUP):
+        table.setdefault(ep.name, ep.value)
+    return dict(sorted(table.items()))
 
-    spark_master: str = "local[*]"
-    spark_lines: str | None = None
-    bq_table: str | None = None  # project.dataset.table of the GCP billing export
-    bq_project: str | None = None  # the project that runs (and pays for) the query; default the table's
-    bq_endpoint: str | None = None
-    max_bytes_billed: int | None = None
-    athena_table: str | None = None  # database.table of the CUR 2.0 or FOCUS Glue table
-    athena_kind: str = "cur2"
-    athena_workgroup: str = "primary"
-    athena_output: str | None = None  # s3:// result location (default: the workgroup's)
-    aws_profile: str | None = None
-    aws_region: str | None = None
-    aws_endpoint: str | None = None
+
+def names() -> tuple[str, ...]:
+    """Every engine's name, sorted."""
+    return tuple(_table())
+
+
+@functools.cache
+def engine(name: str) -> Engine:
+    """The engine called `name`, its module imported now; an unknown name gets a "did you mean" answer."""
+    table = _table()
+    if name not in table:
+        near = difflib.get_close_matches(name, table, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise BillingAuditError(f"--engine {name!r}: unknown engine{hint}; choose one of {', '.join(table)}")
+    module, _, attr = table[name].partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise BillingAuditError(f"engine {name!r} ({table[name]}) is not an Engine class")
+    return cls()
+
+
+def _flag(name: str, info: Any) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("flag") or "--" + name.replace("_", "-"))
+
+
+def options_from_flat(name: str, flat: Mapping[str, Any] | None = None) -> EngineOptions:
+    """Engine `name`'s options from the command line's flat dict (every engine's settings in one, as
+    click gives them): its own fields are taken, None means "not given" (the default applies), the
+    other engines' settings are ignored."""
+    model = engine(name).Options
+    fields = model.model_fields
+    given = {k: v for k, v in (flat or {}).items() if k in fields and v is not None}
+    try:
+        return model(**given)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else ""
+        flag = _flag(field, fields[field]) if field in fields else field
+        raise BillingAuditError(f"{flag} {given.get(field)!r}: {err['msg']}") from None
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One engine option as a command line shows it."""
+
+    engine: str
+    name: str  # the field (and the flat dict's key)
+    flag: str
+    metavar: str | None
+    help: str
+    type: str  # "str" or "int"
+    default: Any
+    choices: tuple[str, ...] | None = None
+    min: int | None = None
+
+
+def _spec(engine_name: str, name: str, info: Any) -> OptionSpec:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    ann = info.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)] if isinstance(ann, types.UnionType) else [ann]
+    choices = None
+    base = args[0] if args else str
+    if typing.get_origin(base) is typing.Literal:
+        choices = tuple(str(c) for c in typing.get_args(base))
+        base = str
+    low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
+    metavar = extra.get("metavar")
+    return OptionSpec(engine_name, name, _flag(name, info), str(metavar) if metavar else None,
+                      info.description or "", "int" if base is int else "str", info.default, choices,
+                      int(low) if low is not None else None)
+
+
+def option_specs() -> list[OptionSpec]:
+    """Every engine's options (this imports every engine's module), engines by name, fields in order."""
+    return [_spec(n, f, info) for n in names() for f, info in engine(n).Options.model_fields.items()]
+
+
+
 LINES_MARKER = ".billing-audit-lines"
 
 
@@ -66,70 +159,37 @@ def write_lines(store: Store, folder: Path, period: str | None = None) -> int:
     return n
 
 
-def expected_source(store: Store, engine: str, opts: EngineOptions) -> str | None:
-    """What a run of `engine` with these options reads (stored with the run, matched when reusing one)."""
-    if engine == "duckdb":
-        return str(store.path)
-    if engine == "spark":
-        return opts.spark_lines or str(store.path) + ".lines"
-    return opts.bq_table if engine == "bigquery" else opts.athena_table
+def expected_source(store: Store, engine_name: str, options: EngineOptions | Mapping[str, Any] | None = None) -> str | None:
+    """What a run of `engine_name` with these options reads (stored with the run, matched when reusing one)."""
+    eng = engine(engine_name)
+    return eng.source(store, _options(engine_name, options))
 
 
-def run_engine(store: Store, engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+def _options(name: str, options: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
+    if isinstance(options, EngineOptions):
+        want = engine(name).Options
+        if not isinstance(options, want):
+            raise BillingAuditError(f"--engine {name}: options {type(options).__qualname__} are not {name}'s")
+        return options
+    return options_from_flat(name, options)
+
+
+def run_engine(store: Store, engine_name: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
                params: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None,
-               spark_master: str = "local[*]", spark_lines: str | None = None,
-               options: EngineOptions | None = None) -> int:
-    """Run the audit on `engine`, store the aggregates it returns, and return the engine run id."""
+               options: EngineOptions | Mapping[str, Any] | None = None, **flat: Any) -> int:
+    """Run the audit on engine `engine_name`, store the aggregates it returns, and return the engine run id.
+
+    `options`: the engine's Options model, or the command line's flat dict; keyword settings
+    (``spark_master=...``) are the flat form too."""
     from billing_audit.engines import pipeline
 
-    opts = options or EngineOptions(spark_master=spark_master, spark_lines=spark_lines)
+    eng = engine(engine_name)
+    if flat:
+        base = options.model_dump() if isinstance(options, EngineOptions) else dict(options or {})
+        options = {**base, **flat}
+    opts = _options(engine_name, options)
     key = pipeline.config_key(cfg, rules, params)
-    scanned: int | None = None
-    if engine == "duckdb":  # the same one-query path, on the store itself (what other engines are tested against)
-        sql = pipeline.engine_sql("duckdb", rules, cfg, period, basis, params, checkpoint)
-        rows = store.con.execute(sql).fetchall()
-        source = str(store.path)
-    elif engine == "spark":
-        from billing_audit import registry
-
-        spark = registry.part("spark", "engine")
-
-        steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
-        lines = opts.spark_lines
-        if lines is None:
-            folder = Path(str(expected_source(store, "spark", opts)))
-            write_lines(store, folder, period)
-            lines = str(folder)
-        rule_sql = pipeline.check_rules(rules, "spark", params)
-        rows = spark.run(steps, lines, opts.spark_master, rule_sql, {r.id: str(r.path) for r in rules})
-        sql = ";\n".join(f"-- {n}\n{s}" for n, s in steps)
-        source = lines
-    elif engine == "bigquery":
-        from billing_audit import registry
-
-        bigquery = registry.part("gcp", "bigquery")
-
-        if not opts.bq_table or not period:
-            raise BillingAuditError("--engine bigquery needs --bq-table PROJECT.DATASET.TABLE and --period YYYY-MM")
-        sql = pipeline.engine_sql("bigquery", rules, cfg, period, basis, params, checkpoint)
-        project = opts.bq_project or opts.bq_table.split(".")[0]
-        client = bigquery.make_client(project, api_endpoint=opts.bq_endpoint)
-        rows, scanned = bigquery.run(client, opts.bq_table, sql, period, opts.max_bytes_billed)
-        source = opts.bq_table
-    elif engine == "athena":
-        from billing_audit import registry
-
-        athena = registry.part("aws", "athena")
-        if not opts.athena_table or not period or "." not in opts.athena_table:
-            raise BillingAuditError("--engine athena needs --athena-table DATABASE.TABLE and --period YYYY-MM")
-        database, table = opts.athena_table.split(".", 1)
-        client = athena.make_client(opts.aws_profile, opts.aws_region, opts.aws_endpoint)
-        res = athena.run(client, database, table, opts.athena_kind, period, opts.athena_workgroup,
-                         opts.athena_output or "", rules=rules, cfg=cfg, basis=basis, params=params,
-                         checkpoint=checkpoint)
-        rows, sql, scanned, source = res.rows, res.sql, res.data_scanned_bytes, opts.athena_table
-    else:
-        raise BillingAuditError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
-    run = pipeline.EngineRun(engine=engine, source=source, period=period, basis=basis, sql=sql, config_key=key,
-                             bytes_processed=scanned)
-    return pipeline.store_results(store.con, run, rows)
+    res = eng.run(store, rules, cfg, period, basis, params or {}, checkpoint, opts)
+    run = pipeline.EngineRun(engine=engine_name, source=res.source, period=period, basis=basis, sql=res.sql,
+                             config_key=key, bytes_processed=res.bytes_processed)
+    return pipeline.store_results(store.con, run, res.rows)

@@ -28,8 +28,9 @@ import duckdb
 from billing_audit import rollup
 from billing_audit.config import Config
 from billing_audit.engines.portable import NotPortable, to_engine
+from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
-from billing_audit.tagging import DEFAULT_CHECKPOINT, _bind, _renamed
+from billing_audit.tagging import _bind, _renamed, checkpoint_sql
 
 KEY = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "tag_job", "tag_team"]
 RESULT_COLUMNS = [
@@ -44,23 +45,6 @@ class RuleNotPortable(NotPortable):
     def __init__(self, rule: Rule, engine: str, why: str) -> None:
         super().__init__(f"{rule.path}: rule {rule.id} cannot run on {engine}: {why}")
         self.rule = rule
-
-
-def checkpoint_sql(checkpoint: dict[str, Any] | None) -> str:
-    """checkpoint_resources without lambdas (the config's lists are known when the query is written)."""
-    cfg = {**DEFAULT_CHECKPOINT, **(checkpoint or {})}
-    lit = rollup.lit
-    ors = []
-    vals = ", ".join(lit(str(v).lower()) for v in cfg["tag_values"])
-    if vals:
-        ors += [f"LOWER(Tags[{lit(str(k).lower())}]) IN ({vals})" for k in cfg["tag_keys"]]
-    ors += [f"LOWER(ResourceId) LIKE {lit(str(p).lower())} OR LOWER(COALESCE(ResourceName, '')) LIKE {lit(str(p).lower())}"
-            for p in cfg["name_patterns"]]
-    res = ", ".join(lit(str(r)) for r in cfg["resources"])
-    if res:
-        ors += [f"ResourceId IN ({res})", f"ResourceName IN ({res})"]
-    cond = " OR ".join(f"({o})" for o in ors) or "FALSE"
-    return f"SELECT DISTINCT x_Provider, ResourceId FROM line_items WHERE ResourceId IS NOT NULL AND ({cond})"
 
 
 def _rule_sql(rule: Rule, engine: str, params: dict[str, Any]) -> str:
@@ -81,7 +65,7 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
     """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back."""
     a = cfg.attribution
     if basis not in rollup.COST_BASES:
-        raise rollup.BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
+        raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     hits = " UNION ALL ".join(
         f"SELECT DISTINCT CAST(x_LineItemId AS VARCHAR) AS x_LineItemId, '{r.id}' AS rule_id, "
         f"'{r.category}' AS category FROM ({_renamed(r).sql(dialect='duckdb')}) AS rule_output "
@@ -89,17 +73,14 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
         for r in rules
     ) or "SELECT CAST(NULL AS VARCHAR) AS x_LineItemId, CAST(NULL AS VARCHAR) AS rule_id, " \
          "CAST(NULL AS VARCHAR) AS category WHERE FALSE"
-    spot = rollup.SPOT
     pf = rollup.period_filter(period, "l.BillingPeriodStart")
     job = rollup.first_tag(a.job_tag_keys, "l.Tags")
     team = rollup.first_tag(a.team_tag_keys, "l.Tags")
     g0_cols = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId",
-               "tag_job", "tag_team", "bps", "day", "rank", "signal", "cps", "cpe"]
+               "tag_job", "tag_team", *(c for c, _ in rollup.GROUP_COLUMNS)]
     g0_exprs = [
         "l.x_Provider", "COALESCE(l.BillingCurrency, '?')", "l.ResourceId", "l.ResourceName", "l.SubAccountId",
-        "l.BillingAccountId", job, team, "l.BillingPeriodStart", "CAST(l.ChargePeriodStart AS DATE)", "c.rank",
-        "COALESCE(c.signal, FALSE)", f"CASE WHEN {spot} THEN l.ChargePeriodStart END",
-        f"CASE WHEN {spot} THEN l.ChargePeriodEnd END",
+        "l.BillingAccountId", job, team, *(e for _, e in rollup.GROUP_COLUMNS),
     ]
     same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in KEY)
     bases = () if basis == "list" else (basis,)  # list cost is summed anyway
@@ -108,9 +89,7 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
     ctes: list[tuple[str, str]] = [
         ("checkpoint_resources", checkpoint_sql(checkpoint)),
         ("hits", hits),
-        ("ranks", f"SELECT x_LineItemId, MIN({rollup.CATEGORY_RANK}) AS rank, "
-                  "MAX(CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END) = 1 AS signal "
-                  "FROM hits GROUP BY x_LineItemId"),
+        ("ranks", rollup.ranks_sql("hits")),
         ("g0", f"""
 SELECT {", ".join(f"{e} AS {c}" for e, c in zip(g0_exprs, g0_cols, strict=True))},
        {rollup.measures(bases)}

@@ -26,13 +26,18 @@ unsupported makes the rule fail to load for that engine, with the rule's id and 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, UnsupportedError
 
 DIALECTS = {"duckdb": "duckdb", "spark": "spark", "bigquery": "bigquery", "athena": "trino"}
+
+
+def parse(sql: str, read: str) -> exp.Expression:
+    """sqlglot.parse_one, typed as the Expression it returns."""
+    return cast(exp.Expression, sqlglot.parse_one(sql, read=read))
 
 
 class NotPortable(Exception):
@@ -70,8 +75,7 @@ def _is_tags(node: exp.Expression) -> bool:
 def _tag_lookup(tags: exp.Expression, key: exp.Expression, engine: str) -> exp.Expression:
     if engine == "bigquery":
         t, k = tags.sql(dialect="bigquery"), key.sql(dialect="bigquery")
-        return sqlglot.parse_one(f"(SELECT tg.value FROM UNNEST({t}) AS tg WHERE tg.key = {k} LIMIT 1)",
-                                 read="bigquery")
+        return parse(f"(SELECT tg.value FROM UNNEST({t}) AS tg WHERE tg.key = {k} LIMIT 1)", "bigquery")
     name = "TRY_ELEMENT_AT" if engine == "spark" else "ELEMENT_AT"
     return exp.Anonymous(this=name, expressions=[tags.copy(), key.copy()])
 
@@ -86,31 +90,76 @@ def _overlap(node: exp.ArrayOverlaps, engine: str) -> exp.Expression:
     else:
         var, body, src = "x", exp.column("x"), left
     b, s, r = (e.sql(dialect="bigquery") for e in (body, src, right))
-    return sqlglot.parse_one(f"EXISTS(SELECT 1 FROM UNNEST({s}) AS {var} WHERE {b} IN UNNEST({r}))", read="bigquery")
+    return parse(f"EXISTS(SELECT 1 FROM UNNEST({s}) AS {var} WHERE {b} IN UNNEST({r}))", "bigquery")
+
+
+def _bq(sql: str) -> exp.Expression:
+    return parse(sql, "bigquery")
+
+
+def _lambda(node: exp.Expression) -> tuple[str, str, str]:
+    """(variable, body, list) of ``list_transform``/``list_filter(L, lambda v: body)`` as BigQuery SQL."""
+    lam = node.expression
+    if not isinstance(lam, exp.Lambda) or len(lam.expressions) != 1:
+        raise NotPortable(f"{node.sql(dialect='duckdb')}: only one-argument lambdas translate to BigQuery")
+    return lam.expressions[0].name, lam.this.sql(dialect="bigquery"), node.this.sql(dialect="bigquery")
+
+
+def _bigquery_lists(tree: exp.Expression) -> exp.Expression:
+    """DuckDB list functions as BigQuery subqueries over UNNEST (kept in list order: WITH OFFSET)."""
+    for n1 in list(tree.find_all(exp.Anonymous)):  # list_sum(list_transform(L, lambda v: E))
+        if n1.name.lower() == "list_sum" and len(n1.expressions) == 1:
+            arg = n1.expressions[0]
+            var, body, src = _lambda(arg) if isinstance(arg, exp.Transform) else ("v", "v", arg.sql(dialect="bigquery"))
+            n1.replace(_bq(f"(SELECT SUM({body}) FROM UNNEST({src}) AS {var})"))
+    for n2 in list(tree.find_all(exp.Bracket)):  # list_filter(L, lambda v: C)[k]: the k-th match or NULL
+        if isinstance(n2.this, exp.ArrayFilter) and len(n2.expressions) == 1 and n2.expressions[0].is_int:
+            var, cond, src = _lambda(n2.this)
+            k = int(n2.expressions[0].name)  # sqlglot keeps indexes 0-based whatever the dialect
+            n2.replace(_bq(f"ARRAY(SELECT {var} FROM UNNEST({src}) AS {var} WITH OFFSET AS pos WHERE {cond} "
+                             f"ORDER BY pos)[SAFE_OFFSET({k})]"))
+    for n3 in list(tree.find_all(exp.Transform)):
+        var, body, src = _lambda(n3)
+        n3.replace(_bq(f"ARRAY(SELECT {body} FROM UNNEST({src}) AS {var} WITH OFFSET AS pos ORDER BY pos)"))
+    for n4 in list(tree.find_all(exp.RegexpLike)):  # no flags argument: inline them
+        flag = n4.args.get("flag")
+        if flag is not None:
+            if not (isinstance(flag, exp.Literal) and flag.is_string and set(flag.name) <= set("ims")):
+                raise NotPortable("regexp_matches with options other than i, m, s")
+            pat = n4.expression
+            pattern = (exp.Literal.string(f"(?{flag.name}){pat.name}") if isinstance(pat, exp.Literal)
+                       else exp.DPipe(this=exp.Literal.string(f"(?{flag.name})"), expression=pat.copy()))
+            n4.replace(exp.RegexpLike(this=n4.this.copy(), expression=pattern))
+    for n5 in list(tree.find_all(exp.Anonymous)):  # canonical times are DATETIME on BigQuery
+        if n5.name.lower() == "try_strptime" and len(n5.expressions) == 2 and n5.expressions[1].is_string:
+            value, fmt = (e.sql(dialect="bigquery") for e in n5.expressions)
+            n5.replace(_bq(f"SAFE.PARSE_DATETIME({fmt}, {value})"))
+    return tree
 
 
 def _rewrite(tree: exp.Expression, engine: str) -> exp.Expression:
-    for node in list(tree.find_all(exp.Bracket)):  # innermost first does not matter: keys are plain
-        if _is_tags(node.this) and len(node.expressions) == 1:
-            node.replace(_tag_lookup(node.this, node.expressions[0], engine))
-    for node in list(tree.find_all(exp.ArrayOverlaps)):
-        node.replace(_overlap(node, engine))
+    for n6 in list(tree.find_all(exp.Bracket)):  # innermost first does not matter: keys are plain
+        if _is_tags(n6.this) and len(n6.expressions) == 1:
+            n6.replace(_tag_lookup(n6.this, n6.expressions[0], engine))
+    for n7 in list(tree.find_all(exp.ArrayOverlaps)):
+        n7.replace(_overlap(n7, engine))
     if engine == "bigquery":
-        for node in list(tree.find_all(exp.ConcatWs)):  # no CONCAT_WS; ARRAY_TO_STRING skips NULLs like DuckDB
-            sep, *parts = node.expressions
-            node.replace(exp.Anonymous(this="ARRAY_TO_STRING",
+        tree = _bigquery_lists(tree)
+        for n8 in list(tree.find_all(exp.ConcatWs)):  # no CONCAT_WS; ARRAY_TO_STRING skips NULLs like DuckDB
+            sep, *parts = n8.expressions
+            n8.replace(exp.Anonymous(this="ARRAY_TO_STRING",
                                        expressions=[exp.Array(expressions=[p.copy() for p in parts]), sep.copy()]))
-        for node in list(tree.find_all(exp.DateDiff)):  # the canonical times are DATETIME on BigQuery
-            unit = (node.text("unit") or "DAY").upper()
-            a, b = node.expression.sql(dialect="bigquery"), node.this.sql(dialect="bigquery")
-            node.replace(sqlglot.parse_one(f"DATETIME_DIFF({b}, {a}, {unit})", read="bigquery"))
-        for node in list(tree.find_all(exp.Escape)):
-            if node.expression.name != "\\":
+        for n9 in list(tree.find_all(exp.DateDiff)):  # the canonical times are DATETIME on BigQuery
+            unit = (n9.text("unit") or "DAY").upper()
+            a, b = n9.expression.sql(dialect="bigquery"), n9.this.sql(dialect="bigquery")
+            n9.replace(parse(f"DATETIME_DIFF({b}, {a}, {unit})", "bigquery"))
+        for n10 in list(tree.find_all(exp.Escape)):
+            if n10.expression.name != "\\":
                 raise NotPortable("LIKE ... ESCAPE with a character other than backslash")
-            node.replace(node.this)
-        for node in list(tree.find_all(exp.DataType)):
-            if node.this == exp.DataType.Type.DECIMAL:
-                node.replace(exp.DataType.build("BIGNUMERIC"))
+            n10.replace(n10.this)
+        for n11 in list(tree.find_all(exp.DataType)):
+            if n11.this == exp.DataType.Type.DECIMAL:
+                n11.replace(exp.DataType.build("BIGNUMERIC"))
     return tree
 
 
@@ -118,7 +167,7 @@ def to_engine(sql_or_tree: str | exp.Expression, engine: str, params: dict[str, 
     """DuckDB SQL as `engine`'s SQL; raises NotPortable naming what does not translate."""
     if engine not in DIALECTS:
         raise NotPortable(f"unknown engine {engine!r}")
-    tree = sqlglot.parse_one(sql_or_tree, read="duckdb") if isinstance(sql_or_tree, str) else sql_or_tree
+    tree = parse(sql_or_tree, "duckdb") if isinstance(sql_or_tree, str) else sql_or_tree
     tree = inline_params(tree, params or {})
     if engine == "duckdb":
         return tree.sql(dialect="duckdb")

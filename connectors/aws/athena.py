@@ -23,19 +23,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlglot
+from pydantic import Field
 from sqlglot import exp
 
 from billing_audit import rollup, schema
 from billing_audit.config import Config
 from billing_audit.engines import pipeline
+from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
 from connectors.aws.cur2 import Cur2
 from connectors.focus.formats import AwsFocus
+
+if TYPE_CHECKING:
+    from billing_audit.store import Store
 
 KINDS = ("cur2", "focus")
 MAP = "MAP(VARCHAR, VARCHAR)"
@@ -284,3 +289,40 @@ def make_client(profile: str | None, region: str | None, endpoint: str | None) -
 
     clients = AwsClients(profile=profile, region=region, endpoint_url=endpoint)
     return clients.session.client("athena", endpoint_url=endpoint)
+
+
+class AthenaOptions(EngineOptions):
+    athena_table: str | None = Field(None, description="Athena: the CUR 2.0 or FOCUS Glue table.",
+                                     json_schema_extra={"flag": "--athena-table", "metavar": "DATABASE.TABLE"})
+    athena_kind: Literal["cur2", "focus"] = Field("cur2", description="Athena: what the Glue table holds.",
+                                                  json_schema_extra={"flag": "--athena-kind"})
+    athena_workgroup: str = Field("primary", description="Athena: the workgroup.",
+                                  json_schema_extra={"flag": "--athena-workgroup"})
+    athena_output: str | None = Field(None, description="Athena: result location (default: the workgroup's).",
+                                      json_schema_extra={"flag": "--athena-output", "metavar": "S3_URL"})
+    aws_profile: str | None = Field(None, description="Athena: AWS profile.", json_schema_extra={"flag": "--aws-profile"})
+    aws_region: str | None = Field(None, description="Athena: AWS region.", json_schema_extra={"flag": "--aws-region"})
+    aws_endpoint: str | None = Field(None, description="Athena: another endpoint (tests, VPC endpoints).",
+                                     json_schema_extra={"flag": "--aws-endpoint", "metavar": "URL"})
+
+
+class AthenaEngine(Engine):
+    """The audit as one Trino statement over one ``billing_period`` of a CUR 2.0 or FOCUS Glue table."""
+
+    name = "athena"
+    Options = AthenaOptions
+
+    def source(self, store: Store, options: Any) -> str | None:
+        assert isinstance(options, AthenaOptions)
+        return options.athena_table
+
+    def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+            params: dict[str, Any], checkpoint: dict[str, Any] | None, options: Any) -> EngineRunResult:
+        assert isinstance(options, AthenaOptions)
+        if not options.athena_table or not period or "." not in options.athena_table:
+            raise BillingAuditError("--engine athena needs --athena-table DATABASE.TABLE and --period YYYY-MM")
+        database, table = options.athena_table.split(".", 1)
+        client = make_client(options.aws_profile, options.aws_region, options.aws_endpoint)
+        res = run(client, database, table, options.athena_kind, period, options.athena_workgroup,
+                  options.athena_output or "", rules=rules, cfg=cfg, basis=basis, params=params, checkpoint=checkpoint)
+        return EngineRunResult(res.rows, res.sql, res.data_scanned_bytes, options.athena_table)

@@ -30,16 +30,26 @@ is reached through :mod:`connectors.gcp.pull` only (the core never imports a clo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
+from pydantic import Field
 from sqlglot import exp
 
+from billing_audit import schema
+from billing_audit.config import Config
+from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.engines.pipeline import RESULT_COLUMNS
-from billing_audit.engines.portable import to_engine
+from billing_audit.engines.portable import parse, to_engine
 from billing_audit.errors import BillingAuditError
+from billing_audit.rules import Rule
+from connectors.gcp import billing_export as be
 from connectors.gcp import pull as gp
+
+if TYPE_CHECKING:
+    from billing_audit.store import Store
 
 WS = r"' \t\n\r\v\f'"  # the whitespace ba_ws trims at ingest
 
@@ -48,22 +58,19 @@ def _num(expr: str) -> str:
     return f"ROUND(CAST(CAST({expr} AS STRING) AS BIGNUMERIC), 12)"
 
 
-def _tags_sql(info: gp.TableInfo) -> str:
-    """labels, then tags, then project.labels as one {key, value} array: keys trimmed and lower-cased,
-    blank keys and values dropped, one entry per key (the first in that order), sorted by key."""
+def _tag_sources(info: gp.TableInfo) -> str:
+    """labels, then tags, then project.labels as one {k, v} list in that order (what the local ingest's
+    ``tag_entries`` is); ``ba_tags`` normalises it (:func:`ba_tags`)."""
     sources = [c for c in ("labels", "tags") if info.col(c)] + ["project.labels"]
     union = " UNION ALL ".join(
-        f"SELECT {i} AS src, pos, e.key AS key, e.value AS value FROM UNNEST(t.{s}) AS e WITH OFFSET AS pos"
+        f"SELECT {i} AS src, pos, e.key AS k, e.value AS v FROM UNNEST(t.{s}) AS e WITH OFFSET AS pos"
         for i, s in enumerate(sources))
-    return f"""ARRAY(
-      SELECT AS STRUCT key, ARRAY_AGG(value ORDER BY src, pos LIMIT 1)[OFFSET(0)] AS value
-      FROM (SELECT LOWER(TRIM(key, {WS})) AS key, TRIM(value, {WS}) AS value, src, pos FROM ({union}))
-      WHERE key IS NOT NULL AND key <> '' AND value IS NOT NULL AND value <> ''
-      GROUP BY key ORDER BY key)"""
+    return f"ARRAY(SELECT AS STRUCT k, v FROM ({union}) ORDER BY src, pos)"
 
 
 def fields_sql(info: gp.TableInfo, where: str) -> str:
-    """The month's export rows (standard or detailed table), one flat row each (BigQuery SQL)."""
+    """The month's export rows (standard or detailed table), one flat row each, with the columns the
+    connector's own mapping reads after its JSON step (``billing_export.FIELDS_SQL``) (BigQuery SQL)."""
     if info.kind not in ("standard", "resource"):
         raise BillingAuditError(f"table {info.ref.full}: --engine bigquery reads the standard or detailed "
                                 f"export (gcp_billing_export_v1_* / gcp_billing_export_resource_v1_*), not {info.kind}")
@@ -98,115 +105,71 @@ FROM (
     t.usage.unit AS usage_unit,
     {_num("t.usage.amount_in_pricing_units")} AS usage_pricing_amount,
     t.usage.pricing_unit AS usage_pricing_unit,
-    DATETIME(SAFE.PARSE_DATE('%Y%m', TRIM(t.invoice.month))) AS invoice_start,
+    TRIM(t.invoice.month) AS invoice_month,
     {opt("adjustment_info", "t.adjustment_info.description")} AS adjustment_description,
     {opt("consumption_model", "t.consumption_model.description")} AS consumption_model_description,
     {opt("resource", "t.resource.name")} AS resource_name,
     {opt("resource", "t.resource.global_name")} AS resource_global_name,
-    COALESCE((SELECT SUM({_num("c.amount")}) FROM UNNEST(t.credits) AS c), 0) AS credit_total,
-    EXISTS(SELECT 1 FROM UNNEST(t.credits) AS c
-           WHERE c.type IN ('COMMITTED_USAGE_DISCOUNT', 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE')) AS has_cud_credit,
-    {_tags_sql(info)} AS tags
+    {opt("price", _num("t.price.effective_price"), "BIGNUMERIC")} AS price_effective,
+    {opt("price", _num("t.price.list_price"), "BIGNUMERIC")} AS price_list,
+    {opt("price", _num("t.price.pricing_unit_quantity"), "BIGNUMERIC")} AS price_unit_quantity,
+    ARRAY(SELECT AS STRUCT CAST(c.amount AS STRING) AS amount, c.id AS id, c.type AS type
+          FROM UNNEST(t.credits) AS c WITH OFFSET AS pos ORDER BY pos) AS credit_list,
+    {_tag_sources(info)} AS tag_entries
   FROM {info.ref.quoted} AS t
   WHERE {where}
 ) AS r"""
 
 
-# The canonical columns the rules and the pipeline read, from gcp_fields (DuckDB SQL; see connectors/gcp.py).
-LINES_SQL = r"""
-SELECT
-  x_LineItemId,
-  'gcp' AS x_Provider,
-  billing_account_id AS BillingAccountId,
-  invoice_start AS BillingPeriodStart,
-  'Google Cloud' AS ProviderName,
-  coalesce(nullif(seller_name, ''), 'Google Cloud') AS PublisherName,
-  project_id AS SubAccountId,
-  project_name AS SubAccountName,
-  usage_start_time AS ChargePeriodStart,
-  usage_end_time AS ChargePeriodEnd,
-  coalesce(cost, 0) + credit_total AS BilledCost,
-  coalesce(cost, 0) + credit_total AS EffectiveCost,
-  cost AS ContractedCost,
-  coalesce(cost_at_list, cost) AS ListCost,
-  currency AS BillingCurrency,
-  currency AS PricingCurrency,
-  charge_category AS ChargeCategory,
-  CASE WHEN cost_type = 'adjustment' THEN 'Correction' END AS ChargeClass,
-  CASE WHEN coalesce(adjustment_description, '') = '' THEN sku_description
-       WHEN sku_description IS NULL THEN adjustment_description
-       ELSE sku_description || ': ' || adjustment_description END AS ChargeDescription,
-  CASE WHEN is_commitment_fee THEN 'Recurring' ELSE 'Usage-Based' END AS ChargeFrequency,
-  CASE WHEN charge_category NOT IN ('Usage', 'Purchase') THEN NULL
-       WHEN is_commitment_fee THEN 'Standard'
-       WHEN is_spot THEN 'Dynamic'
-       WHEN is_committed THEN 'Committed'
-       ELSE 'Standard' END AS PricingCategory,
-  CASE WHEN is_spot THEN 'Spot'
-       WHEN nullif(consumption_model_description, '') IS NOT NULL
-            AND consumption_model_description <> 'Default' THEN consumption_model_description
-       WHEN is_committed OR is_commitment_fee THEN 'CUD'
-       WHEN cost_type = 'regular' THEN 'OnDemand' END AS x_PricingModel,
-  usage_amount AS ConsumedQuantity,
-  usage_unit AS ConsumedUnit,
-  usage_pricing_amount AS PricingQuantity,
-  usage_pricing_unit AS PricingUnit,
-  nullif(location_region, '') AS RegionId,
-  coalesce(nullif(location_region, ''), nullif(location_location, '')) AS RegionName,
-  nullif(location_zone, '') AS AvailabilityZone,
-  nullif(resource_global_name, '') AS ResourceId,
-  nullif(resource_name, '') AS ResourceName,
-  service_description AS ServiceName,
-  CASE WHEN cost_type IN ('tax', 'rounding_error') THEN 'Other'
-       WHEN regexp_matches(lower(coalesce(sku_description, '')), 'data transfer|egress|network .* out|load balanc')
-            OR service_description IN ('Networking', 'Cloud CDN', 'Cloud DNS', 'Cloud NAT', 'Cloud Interconnect')
-         THEN 'Networking'
-       WHEN service_description IN ('Cloud Storage', 'Filestore', 'Cloud Storage for Firebase')
-            OR (service_description = 'Compute Engine'
-                AND regexp_matches(lower(coalesce(sku_description, '')),
-                                   'pd capacity|storage pd|snapshot|local storage|hyperdisk'))
-         THEN 'Storage'
-       WHEN service_description IN ('Compute Engine', 'Kubernetes Engine', 'Cloud TPU', 'Cloud Run', 'Cloud Functions',
-                                    'App Engine', 'Batch', 'Cloud Batch') THEN 'Compute'
-       WHEN service_description IN ('Vertex AI', 'Cloud Machine Learning Engine', 'AI Platform', 'Gemini API')
-         THEN 'AI and Machine Learning'
-       WHEN service_description IN ('BigQuery', 'Dataflow', 'Dataproc', 'Pub/Sub', 'Looker') THEN 'Analytics'
-       WHEN service_description IN ('Cloud SQL', 'Cloud Spanner', 'Cloud Bigtable', 'Cloud Firestore', 'AlloyDB',
-                                    'Cloud Memorystore for Redis') THEN 'Databases'
-       WHEN service_description IN ('Cloud Logging', 'Cloud Monitoring', 'Stackdriver Logging',
-                                    'Stackdriver Monitoring') THEN 'Management and Governance'
-       ELSE 'Other' END AS ServiceCategory,
-  sku_id AS SkuId,
-  CAST(NULL AS VARCHAR) AS SkuMeter,
-  sku_description AS x_UsageType,
-  service_description AS x_Operation,
-  cost_type AS x_LineItemType,
-  export_time AS x_ExportTime,
-  tags AS Tags
-FROM (
-  SELECT *,
-    CASE WHEN cost_type = 'tax' THEN 'Tax'
-         WHEN cost_type IN ('adjustment', 'rounding_error') THEN 'Adjustment'
-         WHEN coalesce(cost, 0) = 0 AND credit_total <> 0 THEN 'Credit'
-         WHEN is_commitment_fee THEN 'Purchase'
-         WHEN cost_type = 'regular' OR cost_type IS NULL THEN 'Usage'
-         ELSE 'Adjustment' END AS charge_category
-  FROM (
-    SELECT *,
-      regexp_matches(lower(coalesce(sku_description, '')), '\b(spot|preemptible)\b')
-        OR lower(coalesce(consumption_model_description, '')) LIKE '%spot%' AS is_spot,
-      has_cud_credit
-        OR lower(coalesce(consumption_model_description, '')) LIKE '%commit%'
-        OR lower(coalesce(consumption_model_description, '')) LIKE '%cud%' AS is_committed,
-      lower(coalesce(sku_description, '')) LIKE 'commitment%' AS is_commitment_fee
-    FROM gcp_fields) AS d
-) AS c
-"""
+def ba_num(x: str) -> str:
+    """The ingest macro ``ba_num`` (text to DECIMAL(38,12); blank is NULL) in BigQuery SQL."""
+    return f"ROUND(CAST(NULLIF(TRIM(CAST({x} AS STRING)), '') AS BIGNUMERIC), 12)"
+
+
+def ba_tags(entries: str) -> str:
+    """The ingest macro ``ba_tags`` in BigQuery SQL: {k, v} entries to the canonical tags (keys trimmed and
+    lower-cased, blank keys and values dropped, one entry per key: the first in source order, sorted by key),
+    as ``ARRAY<STRUCT<key, value>>`` because BigQuery has no MAP."""
+    return f"""ARRAY(
+      SELECT AS STRUCT key, ARRAY_AGG(value ORDER BY pos LIMIT 1)[OFFSET(0)] AS value
+      FROM (SELECT LOWER(TRIM(e.k, {WS})) AS key, TRIM(e.v, {WS}) AS value, pos
+            FROM UNNEST({entries}) AS e WITH OFFSET AS pos)
+      WHERE key IS NOT NULL AND key <> '' AND value IS NOT NULL AND value <> ''
+      GROUP BY key ORDER BY key)"""
+
+
+_MACROS = {"ba_num": ba_num, "ba_tags": ba_tags}
+
+
+def mapping_select() -> str:
+    """The connector's own mapping (``billing_export``: derived values, charge category, ``GCP_SELECT``) over
+    ``gcp_fields`` instead of its JSON step, in DuckDB SQL; ``_row`` becomes the line id and the provider."""
+    derived = be.DERIVED_SQL.replace("{fields}", "SELECT * FROM gcp_fields")
+    select = be.GCP_SELECT.replace("{category}", be.CATEGORY_SQL.replace("{derived}", derived))
+    anchor = "SELECT\n  _row,\n"
+    assert select.startswith("\n" + anchor), "GCP_SELECT changed shape: update connectors.gcp.bigquery"
+    select = select.replace(anchor, "SELECT\n  x_LineItemId,\n  'gcp' AS x_Provider,\n", 1)
+    tree = sqlglot.parse_one(select, read="duckdb")
+    assert isinstance(tree, exp.Select)
+    given = {e.alias_or_name for e in tree.expressions}
+    absent = [f"CAST(NULL AS {schema.BY_NAME[c].type}) AS {c}" for c in schema.COLUMN_NAMES
+              if c not in given and c not in _BOOKKEEPING]  # NULL, as the local ingest leaves them
+    return tree.select(*absent, dialect="duckdb").sql(dialect="duckdb")
+
+
+_BOOKKEEPING = {"x_SourceFile", "x_SourceRow", "x_SourceFormat", "x_IngestId", "x_TagsRaw"}  # what ingest records
 
 
 def lines_sql() -> str:
-    """LINES_SQL as BigQuery SQL."""
-    return to_engine(LINES_SQL, "bigquery")
+    """The canonical line items from ``gcp_fields`` as BigQuery SQL: :func:`mapping_select` translated by
+    :func:`billing_audit.engines.portable.to_engine`, the ingest macros written out in BigQuery SQL."""
+    tree = parse(mapping_select(), "duckdb")
+    for node in list(tree.find_all(exp.Anonymous)):
+        fn = _MACROS.get(node.name.lower())
+        if fn is not None:
+            (arg,) = node.expressions
+            node.replace(sqlglot.parse_one(fn(arg.sql(dialect="bigquery")), read="bigquery"))
+    return to_engine(tree, "bigquery")
 
 
 def audit_query(info: gp.TableInfo, month: gp.Month, pipeline_sql: str, late_days: int = gp.LATE_DAYS) -> gp.Query:
@@ -261,3 +224,38 @@ def run(client: Any, table: str, sql_for_line_items: str, invoice_month: str, ma
 def make_client(project: str, api_endpoint: str | None = None) -> Any:
     """A google-cloud-bigquery client for ``project`` (the one `pull gcp` uses)."""
     return gp.make_client(project, api_endpoint=api_endpoint)
+
+
+class BigQueryOptions(EngineOptions):
+    bq_table: str | None = Field(None, description="BigQuery: the GCP billing export table.",
+                                 json_schema_extra={"flag": "--bq-table", "metavar": "PROJECT.DATASET.TABLE"})
+    bq_project: str | None = Field(None, description="BigQuery: the project that runs the query (default: the table's).",
+                                   json_schema_extra={"flag": "--bq-project"})
+    bq_endpoint: str | None = Field(None, description="BigQuery: another API endpoint (tests, proxies).",
+                                    json_schema_extra={"flag": "--bq-endpoint", "metavar": "URL"})
+    max_bytes_billed: int | None = Field(None, ge=1, description="BigQuery: refuse (after a dry run) to process more than this.",
+                                         json_schema_extra={"flag": "--max-bytes-billed", "metavar": "BYTES"})
+
+
+class BigQueryEngine(Engine):
+    """The audit as one BigQuery statement over one invoice month of the GCP billing export table."""
+
+    name = "bigquery"
+    Options = BigQueryOptions
+
+    def source(self, store: Store, options: Any) -> str | None:
+        assert isinstance(options, BigQueryOptions)
+        return options.bq_table
+
+    def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+            params: dict[str, Any], checkpoint: dict[str, Any] | None, options: Any) -> EngineRunResult:
+        from billing_audit.engines import pipeline
+
+        assert isinstance(options, BigQueryOptions)
+        if not options.bq_table or not period:
+            raise BillingAuditError("--engine bigquery needs --bq-table PROJECT.DATASET.TABLE and --period YYYY-MM")
+        sql = pipeline.engine_sql("bigquery", rules, cfg, period, basis, params, checkpoint)
+        project = options.bq_project or options.bq_table.split(".")[0]
+        client = make_client(project, api_endpoint=options.bq_endpoint)
+        rows, scanned = run(client, options.bq_table, sql, period, options.max_bytes_billed)
+        return EngineRunResult(rows, sql, scanned, options.bq_table)

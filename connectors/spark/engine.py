@@ -8,10 +8,19 @@ a table in the session's catalog (``--spark-table db.table``, e.g. a Hive table 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
+from billing_audit.config import Config
+from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.errors import BillingAuditError
+from billing_audit.rules import Rule
+
+if TYPE_CHECKING:
+    from billing_audit.store import Store
 
 
 def session(master: str = "local[*]") -> Any:
@@ -92,3 +101,38 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         for step in cached:
             step.unpersist(blocking=True)
     return [tuple(r) for r in rows]
+
+
+class SparkOptions(EngineOptions):
+    spark_master: str = Field("local[*]", description="Spark: the master URL.",
+                              json_schema_extra={"flag": "--spark-master"})
+    spark_lines: str | None = Field(
+        None, description="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
+                          "lines, written next to it as by `billing-audit lines-export`).",
+        json_schema_extra={"flag": "--spark-lines", "metavar": "PATH|TABLE"})
+
+
+class SparkEngine(Engine):
+    """The audit's steps as Spark SQL views over a parquet folder or catalog table of canonical lines
+    (by default the store's own lines, written next to the store first)."""
+
+    name = "spark"
+    Options = SparkOptions
+
+    def source(self, store: Store, options: Any) -> str:
+        assert isinstance(options, SparkOptions)
+        return options.spark_lines or str(store.path) + ".lines"
+
+    def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
+            params: dict[str, Any], checkpoint: dict[str, Any] | None, options: Any) -> EngineRunResult:
+        from billing_audit.engines import pipeline, write_lines
+
+        assert isinstance(options, SparkOptions)
+        steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
+        lines = options.spark_lines
+        if lines is None:
+            lines = self.source(store, options)
+            write_lines(store, Path(lines), period)
+        rule_sql = pipeline.check_rules(rules, "spark", params)
+        rows = run(steps, lines, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules})
+        return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, lines)

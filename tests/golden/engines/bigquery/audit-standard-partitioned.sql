@@ -27,67 +27,53 @@ WITH gcp_fields AS (
       t.usage.unit AS usage_unit,
       ROUND(CAST(CAST(t.usage.amount_in_pricing_units AS STRING) AS BIGNUMERIC), 12) AS usage_pricing_amount,
       t.usage.pricing_unit AS usage_pricing_unit,
-      DATETIME(SAFE.PARSE_DATE('%Y%m', TRIM(t.invoice.month))) AS invoice_start,
+      TRIM(t.invoice.month) AS invoice_month,
       t.adjustment_info.description AS adjustment_description,
       t.consumption_model.description AS consumption_model_description,
       CAST(NULL AS STRING) AS resource_name,
       CAST(NULL AS STRING) AS resource_global_name,
-      COALESCE(
-        (
-          SELECT
-            SUM(ROUND(CAST(CAST(c.amount AS STRING) AS BIGNUMERIC), 12))
-          FROM UNNEST(t.credits) AS c
-        ),
-        0
-      ) AS credit_total,
-      EXISTS(
-        SELECT
-          1
-        FROM UNNEST(t.credits) AS c
-        WHERE
-          c.type IN ('COMMITTED_USAGE_DISCOUNT', 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE')
-      ) AS has_cud_credit,
+      CAST(NULL AS BIGNUMERIC) AS price_effective,
+      CAST(NULL AS BIGNUMERIC) AS price_list,
+      CAST(NULL AS BIGNUMERIC) AS price_unit_quantity,
       ARRAY(
         SELECT AS STRUCT
-          key,
-          ARRAY_AGG(value ORDER BY src, pos
-          LIMIT 1)[OFFSET(0)] AS value
+          CAST(c.amount AS STRING) AS amount,
+          c.id AS id,
+          c.type AS type
+        FROM UNNEST(t.credits) AS c WITH OFFSET AS pos
+        ORDER BY
+          pos
+      ) AS credit_list,
+      ARRAY(
+        SELECT AS STRUCT
+          k,
+          v
         FROM (
           SELECT
-            LOWER(TRIM(key, ' \t\n\r\v\f')) AS key,
-            TRIM(value, ' \t\n\r\v\f') AS value,
-            src,
-            pos
-          FROM (
-            SELECT
-              0 AS src,
-              pos,
-              e.key AS key,
-              e.value AS value
-            FROM UNNEST(t.labels) AS e WITH OFFSET AS pos
-            UNION ALL
-            SELECT
-              1 AS src,
-              pos,
-              e.key AS key,
-              e.value AS value
-            FROM UNNEST(t.tags) AS e WITH OFFSET AS pos
-            UNION ALL
-            SELECT
-              2 AS src,
-              pos,
-              e.key AS key,
-              e.value AS value
-            FROM UNNEST(t.project.labels) AS e WITH OFFSET AS pos
-          )
+            0 AS src,
+            pos,
+            e.key AS k,
+            e.value AS v
+          FROM UNNEST(t.labels) AS e WITH OFFSET AS pos
+          UNION ALL
+          SELECT
+            1 AS src,
+            pos,
+            e.key AS k,
+            e.value AS v
+          FROM UNNEST(t.tags) AS e WITH OFFSET AS pos
+          UNION ALL
+          SELECT
+            2 AS src,
+            pos,
+            e.key AS k,
+            e.value AS v
+          FROM UNNEST(t.project.labels) AS e WITH OFFSET AS pos
         )
-        WHERE
-          NOT key IS NULL AND key <> '' AND NOT value IS NULL AND value <> ''
-        GROUP BY
-          key
         ORDER BY
-          key
-      ) AS tags
+          src,
+          pos
+      ) AS tag_entries
     FROM `billing-proj.billing_export.gcp_billing_export_v1_01ABCD_23EF45_678901` AS t
     WHERE
       invoice.month = @invoice_month
@@ -104,26 +90,34 @@ WITH gcp_fields AS (
     'gcp' AS x_Provider,
     billing_account_id AS BillingAccountId,
     invoice_start AS BillingPeriodStart,
+    invoice_start + INTERVAL '1' MONTH AS BillingPeriodEnd,
     'Google Cloud' AS ProviderName,
+    'Google Cloud' AS InvoiceIssuerName,
     COALESCE(NULLIF(seller_name, ''), 'Google Cloud') AS PublisherName,
     project_id AS SubAccountId,
     project_name AS SubAccountName,
+    CASE WHEN NOT project_id IS NULL THEN 'Project' END AS SubAccountType,
     usage_start_time AS ChargePeriodStart,
     usage_end_time AS ChargePeriodEnd,
     COALESCE(cost, 0) + credit_total AS BilledCost,
     COALESCE(cost, 0) + credit_total AS EffectiveCost,
     cost AS ContractedCost,
     COALESCE(cost_at_list, cost) AS ListCost,
+    CASE
+      WHEN NOT cost_at_list IS NULL
+      THEN 'cost_at_list'
+      ELSE 'cost (no cost_at_list in export)'
+    END AS x_ListCostSource,
+    CASE WHEN COALESCE(price_unit_quantity, 1) = 1 THEN price_list END AS ListUnitPrice,
+    CASE WHEN COALESCE(price_unit_quantity, 1) = 1 THEN price_effective END AS ContractedUnitPrice,
     currency AS BillingCurrency,
     currency AS PricingCurrency,
     charge_category AS ChargeCategory,
     CASE WHEN cost_type = 'adjustment' THEN 'Correction' END AS ChargeClass,
     CASE
-      WHEN COALESCE(adjustment_description, '') = ''
-      THEN sku_description
-      WHEN sku_description IS NULL
-      THEN adjustment_description
-      ELSE sku_description || ': ' || adjustment_description
+      WHEN NOT adjustment_description IS NULL AND adjustment_description <> ''
+      THEN ARRAY_TO_STRING([sku_description, adjustment_description], ': ')
+      ELSE sku_description
     END AS ChargeDescription,
     CASE WHEN is_commitment_fee THEN 'Recurring' ELSE 'Usage-Based' END AS ChargeFrequency,
     CASE
@@ -148,6 +142,52 @@ WITH gcp_fields AS (
       WHEN cost_type = 'regular'
       THEN 'OnDemand'
     END AS x_PricingModel,
+    CASE
+      WHEN EXISTS(
+        SELECT
+          1
+        FROM UNNEST(credit_types) AS _col
+        WHERE
+          _col = 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE'
+      )
+      THEN 'Spend'
+      WHEN EXISTS(
+        SELECT
+          1
+        FROM UNNEST(credit_types) AS _col
+        WHERE
+          _col = 'COMMITTED_USAGE_DISCOUNT'
+      )
+      THEN 'Usage'
+    END AS CommitmentDiscountCategory,
+    CASE
+      WHEN EXISTS(
+        SELECT
+          1
+        FROM UNNEST(credit_types) AS x
+        WHERE
+          x IN UNNEST(['COMMITTED_USAGE_DISCOUNT', 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE'])
+      )
+      THEN ARRAY(
+        SELECT
+          c
+        FROM UNNEST(credit_list) AS c WITH OFFSET AS pos
+        WHERE
+          c.`type` LIKE 'COMMITTED_USAGE_DISCOUNT%'
+        ORDER BY
+          pos
+      )[SAFE_OFFSET(0)].id
+    END AS CommitmentDiscountId,
+    CASE
+      WHEN EXISTS(
+        SELECT
+          1
+        FROM UNNEST(credit_types) AS x
+        WHERE
+          x IN UNNEST(['COMMITTED_USAGE_DISCOUNT', 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE'])
+      )
+      THEN 'Committed Use Discount'
+    END AS CommitmentDiscountType,
     usage_amount AS ConsumedQuantity,
     usage_unit AS ConsumedUnit,
     usage_pricing_amount AS PricingQuantity,
@@ -157,13 +197,30 @@ WITH gcp_fields AS (
     NULLIF(location_zone, '') AS AvailabilityZone,
     NULLIF(resource_global_name, '') AS ResourceId,
     NULLIF(resource_name, '') AS ResourceName,
+    CASE REGEXP_EXTRACT(COALESCE(resource_global_name, ''), '/([A-Za-z]+)/[^/]+$')
+      WHEN 'instances'
+      THEN 'Instance'
+      WHEN 'buckets'
+      THEN 'Bucket'
+      WHEN 'disks'
+      THEN 'Disk'
+      WHEN 'nodes'
+      THEN 'TPU Node'
+      WHEN 'queuedResources'
+      THEN 'TPU Queued Resource'
+      WHEN 'clusters'
+      THEN 'Cluster'
+      WHEN ''
+      THEN NULL
+      ELSE REGEXP_EXTRACT(resource_global_name, '/([A-Za-z]+)/[^/]+$')
+    END AS ResourceType,
     service_description AS ServiceName,
     CASE
       WHEN cost_type IN ('tax', 'rounding_error')
       THEN 'Other'
       WHEN REGEXP_CONTAINS(
-        LOWER(COALESCE(sku_description, '')),
-        'data transfer|egress|network .* out|load balanc'
+        COALESCE(sku_description, ''),
+        '(?i)Data Transfer|Egress|Network .* Out|Load Balanc'
       )
       OR service_description IN ('Networking', 'Cloud CDN', 'Cloud DNS', 'Cloud NAT', 'Cloud Interconnect')
       THEN 'Networking'
@@ -171,8 +228,8 @@ WITH gcp_fields AS (
       OR (
         service_description = 'Compute Engine'
         AND REGEXP_CONTAINS(
-          LOWER(COALESCE(sku_description, '')),
-          'pd capacity|storage pd|snapshot|local storage|hyperdisk'
+          COALESCE(sku_description, ''),
+          '(?i)PD Capacity|Storage PD|Snapshot|Local Storage|Hyperdisk'
         )
       )
       THEN 'Storage'
@@ -210,12 +267,42 @@ WITH gcp_fields AS (
       ELSE 'Other'
     END AS ServiceCategory,
     sku_id AS SkuId,
-    CAST(NULL AS STRING) AS SkuMeter,
     sku_description AS x_UsageType,
     service_description AS x_Operation,
     cost_type AS x_LineItemType,
     export_time AS x_ExportTime,
-    tags AS Tags
+    ARRAY(
+      SELECT AS STRUCT
+        key,
+        ARRAY_AGG(value ORDER BY pos
+        LIMIT 1)[OFFSET(0)] AS value
+      FROM (
+        SELECT
+          LOWER(TRIM(e.k, ' \t\n\r\v\f')) AS key,
+          TRIM(e.v, ' \t\n\r\v\f') AS value,
+          pos
+        FROM UNNEST(tag_entries) AS e WITH OFFSET AS pos
+      )
+      WHERE
+        NOT key IS NULL AND key <> '' AND NOT value IS NULL AND value <> ''
+      GROUP BY
+        key
+      ORDER BY
+        key
+    ) AS Tags,
+    CAST(NULL AS STRING) AS BillingAccountName,
+    CAST(NULL AS STRING) AS BillingAccountType,
+    CAST(NULL AS STRING) AS CapacityReservationId,
+    CAST(NULL AS STRING) AS CapacityReservationStatus,
+    CAST(NULL AS STRING) AS CommitmentDiscountName,
+    CAST(NULL AS BIGNUMERIC) AS CommitmentDiscountQuantity,
+    CAST(NULL AS STRING) AS CommitmentDiscountStatus,
+    CAST(NULL AS STRING) AS CommitmentDiscountUnit,
+    CAST(NULL AS STRING) AS InvoiceId,
+    CAST(NULL AS STRING) AS ServiceSubcategory,
+    CAST(NULL AS STRING) AS SkuMeter,
+    CAST(NULL AS STRING) AS SkuPriceDetails,
+    CAST(NULL AS STRING) AS SkuPriceId
   FROM (
     SELECT
       *,
@@ -235,13 +322,39 @@ WITH gcp_fields AS (
     FROM (
       SELECT
         *,
-        REGEXP_CONTAINS(LOWER(COALESCE(sku_description, '')), '\\b(spot|preemptible)\\b')
-        OR LOWER(COALESCE(consumption_model_description, '')) LIKE '%spot%' AS is_spot,
-        has_cud_credit
-        OR LOWER(COALESCE(consumption_model_description, '')) LIKE '%commit%'
-        OR LOWER(COALESCE(consumption_model_description, '')) LIKE '%cud%' AS is_committed,
-        LOWER(COALESCE(sku_description, '')) LIKE 'commitment%' AS is_commitment_fee
-      FROM gcp_fields
+        COALESCE(
+          (
+            SELECT
+              SUM(ROUND(CAST(NULLIF(TRIM(CAST(c.amount AS STRING)), '') AS BIGNUMERIC), 12))
+            FROM UNNEST(credit_list) AS c
+          ),
+          0
+        ) AS credit_total,
+        ARRAY(
+          SELECT
+            c.`type`
+          FROM UNNEST(credit_list) AS c WITH OFFSET AS pos
+          ORDER BY
+            pos
+        ) AS credit_types,
+        REGEXP_CONTAINS(COALESCE(sku_description, ''), '(?i)\\b(spot|preemptible)\\b')
+        OR LOWER(COALESCE(consumption_model_description, '')) LIKE LOWER('%spot%') AS is_spot,
+        EXISTS(
+          SELECT
+            1
+          FROM UNNEST(credit_list) AS c
+          WHERE
+            c.`type` IN UNNEST(['COMMITTED_USAGE_DISCOUNT', 'COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE'])
+        )
+        OR LOWER(COALESCE(consumption_model_description, '')) LIKE LOWER('%commit%')
+        OR LOWER(COALESCE(consumption_model_description, '')) LIKE LOWER('%CUD%') AS is_committed,
+        LOWER(COALESCE(sku_description, '')) LIKE LOWER('Commitment%') AS is_commitment_fee,
+        SAFE.PARSE_DATETIME('%Y%m', invoice_month) AS invoice_start
+      FROM (
+        SELECT
+          *
+        FROM gcp_fields
+      ) AS f
     ) AS d
   ) AS c
 ), checkpoint_resources AS (
