@@ -23,7 +23,8 @@ from sqlglot import exp
 
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import build_groups, lit
+from billing_audit.rollup import build_groups
+from billing_audit.sql import lit
 from billing_audit.rules import CATEGORIES, Rule, RuleError
 
 RULE_TABLES = [
@@ -112,7 +113,7 @@ def prepare(con: duckdb.DuckDBPyConnection, checkpoint: dict[str, Any] | None = 
     con.execute(f"CREATE OR REPLACE TEMP TABLE checkpoint_resources AS {checkpoint_sql(checkpoint)}")
 
 
-def _renamed(rule: Rule) -> exp.Expression:
+def _renamed(rule: Rule) -> exp.Expr:
     """The rule's tree with $param renamed to $<id>__param so fused rules cannot collide."""
     assert rule.tree is not None
     tree = copy.deepcopy(rule.tree)
