@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 from sqlglot import exp
@@ -24,8 +24,8 @@ from sqlglot import exp
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import build_groups
-from billing_audit.sql import lit
 from billing_audit.rules import CATEGORIES, Rule, RuleError
+from billing_audit.sql import lit
 
 RULE_TABLES = [
     """CREATE TABLE IF NOT EXISTS rule_hits (
@@ -113,14 +113,14 @@ def prepare(con: duckdb.DuckDBPyConnection, checkpoint: dict[str, Any] | None = 
     con.execute(f"CREATE OR REPLACE TEMP TABLE checkpoint_resources AS {checkpoint_sql(checkpoint)}")
 
 
-def _renamed(rule: Rule) -> exp.Expr:
+def _renamed(rule: Rule) -> exp.Expression:
     """The rule's tree with $param renamed to $<id>__param so fused rules cannot collide."""
     assert rule.tree is not None
     tree = copy.deepcopy(rule.tree)
     for p in tree.find_all(exp.Placeholder):
         if p.name:
             p.set("this", f"{rule.id.lower()}__{p.name}")
-    return tree
+    return cast(exp.Expression, tree)  # a checked rule is one SELECT (sqlglot types parse results as Expr)
 
 
 def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
