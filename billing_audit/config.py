@@ -12,10 +12,11 @@ import csv
 import tomllib
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from billing_audit.deliveries import OverlapPolicy
 from billing_audit.errors import BillingAuditError
 
 DEFAULT_FILE = "billing-audit.toml"
@@ -58,8 +59,16 @@ class Budgets(_Strict):
     max_savings_erosion_pct: float | None = Field(default=None, ge=0)
 
 
+class Exports(_Strict):
+    """``[exports]``: which export counts lines that two exports of one billing account and period both deliver."""
+
+    keep: Literal["larger", "both"] = "larger"
+    prefer: list[str] = Field(default_factory=list)
+
+
 class Config(_Strict):
     attribution: Attribution = Field(default_factory=Attribution)
+    exports: Exports = Field(default_factory=Exports)
     estimates: Estimates = Field(default_factory=Estimates)
     budgets: Budgets = Field(default_factory=Budgets)
     source: str | None = None  # the file it came from
@@ -69,6 +78,9 @@ class Config(_Strict):
         a = self.attribution
         return {"tag_keys": a.checkpoint_tag_keys, "tag_values": a.checkpoint_tag_values,
                 "resources": a.checkpoint_resources}
+
+    def overlap_policy(self) -> OverlapPolicy:
+        return OverlapPolicy(keep=self.exports.keep, prefer=tuple(self.exports.prefer))
 
     def job_minutes(self, job: str) -> tuple[float, float]:
         """(checkpoint interval, restart minutes) for a job, with its overrides."""

@@ -1,10 +1,20 @@
 """Group export files into deliveries.
 
-A delivery is one snapshot of a provider's bill as the provider wrote it: the
-files a manifest lists (AWS CUR assembly, CUR 2.0 execution, Azure export run),
+A delivery is one snapshot of one export as the provider wrote it: the files a
+manifest lists (AWS CUR assembly, CUR 2.0 execution, Azure export run), the
+files a provider's folder layout says are one run (a connector's ``LAYOUTS``),
 or else the data files of one folder.  A delivery is ingested all at once and
-replaces older deliveries of the same (provider, billing account, billing
-period); see :mod:`billing_audit.store`.
+replaces older deliveries of the same export for the same (provider, billing
+account, billing period); see :mod:`billing_audit.store`.
+
+Which delivery is newest, in this order (README: "Deliveries"):
+
+1. a delivery that a manifest marks as outdated (another one is its period's current) always loses;
+2. the delivery's own time: the manifest's run/execution time, else a time in its folder names
+   (Azure ``yyyyMMddHHmm`` run folders, CUR 2.0 execution stamps), else what the rows say (GCP
+   ``export_time``; else the latest usage the month-to-date snapshot holds);
+3. a manifest's "current" mark;
+4. last, the files' modification time (so ``touch`` alone cannot make an old snapshot newest).
 """
 
 from __future__ import annotations
@@ -36,7 +46,10 @@ class Delivery:
     version: datetime
     version_source: str
     label: str = ""
-    rank: int = 0  # 1 when a manifest marks it as its period's current delivery
+    rank: int = 0  # 1 when a manifest marks it as its period's current delivery, -1 when as outdated
+    export: str = ""  # the export it is a snapshot of ("" until ingest reads it from the format's layout)
+    file_time: datetime | None = None  # the newest file's modification time: the last tie-break
+    completed_with: list[Path] = field(default_factory=list)  # files of its earlier ingest it was completed with
     _fps: dict[Path, str] = field(default_factory=dict)
 
     def fingerprints(self, known: Callable[[Path], str | None] | None = None) -> dict[Path, str]:
@@ -52,8 +65,41 @@ class Delivery:
         return h.hexdigest()
 
     @property
-    def order(self) -> tuple[int, datetime]:
-        return (self.rank, self.version)
+    def order(self) -> tuple[int, datetime, int, datetime]:
+        return order_key(self.rank, self.version, self.file_time)
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def order_key(rank: int, version: datetime, file_time: datetime | None) -> tuple[int, datetime, int, datetime]:
+    """How deliveries of one export compare: the bigger key is the newer delivery (see the module docstring)."""
+    def naive(t: datetime | None) -> datetime:
+        return _EPOCH if t is None else t.replace(tzinfo=None)
+
+    return (0 if rank < 0 else 1, naive(version), rank, naive(file_time))
+
+
+@dataclass(frozen=True)
+class OverlapPolicy:
+    """What to do when two exports deliver the same lines for one billing account and period.
+
+    ``keep="larger"`` (the default): the export with more lines in that period keeps it (a billing-account
+    export over a subscription export inside it); equal sizes: the newer delivery.  ``prefer`` lists export
+    names (or ids) that win over any other, first listed first.  ``keep="both"`` counts both (the exports are
+    known to be distinct and the shared lines a coincidence).  The config's ``[exports]`` table sets it.
+    """
+
+    keep: str = "larger"
+    prefer: tuple[str, ...] = ()
+
+    def rank(self, export: str) -> int:
+        """Position in ``prefer`` (lower wins); len(prefer) when not listed."""
+        base = export.split("@", 1)[0].split(":", 1)[-1]
+        for i, name in enumerate(self.prefer):
+            if name in (export, base) or export.endswith("/" + name):
+                return i
+        return len(self.prefer)
 
 
 def _path_stamp(path: Path) -> datetime | None:
@@ -70,6 +116,19 @@ def _path_stamp(path: Path) -> datetime | None:
 
 def _mtime(files: list[Path]) -> datetime:
     return datetime.fromtimestamp(max(f.stat().st_mtime for f in files), tz=UTC)
+
+
+def _delivery(hint: fm.DeliveryHint, files: list[Path], label: str) -> Delivery:
+    stamp = hint.version or _path_stamp(files[0])
+    return Delivery(
+        key=hint.key,
+        files=files,
+        version=stamp or _mtime(files),
+        version_source="manifest" if hint.version else ("path" if stamp else "file time"),
+        label=label,
+        export=hint.export,
+        file_time=_mtime(files),
+    )
 
 
 def walk(paths: list[Path]) -> tuple[list[Path], list[Path], list[InputError]]:
@@ -130,30 +189,36 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         if hint.key in deliveries:
             continue
         stamp = hint.version or _path_stamp(files[0])
-        d = Delivery(
-            key=hint.key,
-            files=sorted(set(files)),
-            version=stamp or _mtime(files),
-            version_source="manifest" if hint.version else ("path" if stamp else "file time"),
-            label=hint.label or str(m),
-        )
+        d = _delivery(hint, sorted(set(files)), hint.label or str(m))
         deliveries[d.key] = d
         for f in d.files:
             claimed[f] = d
-    # Files no manifest claims: one delivery per folder.
+    # Files no manifest claims: what the providers' folder layouts say (one file per run, ...), else one
+    # delivery per folder.
     by_dir: dict[Path, list[Path]] = {}
     for f in data:
         if f not in claimed:
             by_dir.setdefault(f.parent, []).append(f)
+    layouts = fm.layout_readers()
     for folder, files in by_dir.items():
-        stamp = _path_stamp(files[0])
+        rest = list(files)
+        for layout in layouts:
+            for hint in layout.split(rest):
+                taken = [f for f in hint.files if f in rest]
+                if taken and hint.key not in deliveries:
+                    deliveries[hint.key] = _delivery(hint, taken, hint.label or str(taken[0]))
+                rest = [f for f in rest if f not in taken]
+        if not rest:
+            continue
+        stamp = _path_stamp(rest[0])
         key = f"folder:{folder.resolve()}"
         deliveries[key] = Delivery(
             key=key,
-            files=files,
-            version=stamp or _mtime(files),
+            files=rest,
+            version=stamp or _mtime(rest),
             version_source="path" if stamp else "file time",
             label=str(folder),
+            file_time=_mtime(rest),
         )
     for k, rank in ranks.items():
         if k in deliveries:

@@ -57,6 +57,11 @@ class ExportFormat:
         """The mapping SELECT for a file with these columns."""
         return self.select_sql
 
+    def export_of(self, path: Path) -> str | None:
+        """The export a file of this format belongs to, read from where the provider puts it (its folder
+        layout or file name), for files no manifest claims; None when the layout does not say."""
+        return None
+
 
 @dataclass
 class DeliveryHint:
@@ -64,6 +69,7 @@ class DeliveryHint:
 
     key: str
     files: list[Path]
+    export: str = ""  # which export (report, data export, scheduled export, table) the delivery is a snapshot of
     version: datetime | None = None
     label: str = ""
     newest: bool = False  # the manifest marks this delivery as its period's current one
@@ -80,6 +86,15 @@ class ManifestReader:
         return bool(self.name_pattern.fullmatch(path.name))
 
     def read(self, path: Path) -> DeliveryHint | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class LayoutReader:
+    """Splits the data files of one folder that no manifest claims into the deliveries a provider's folder
+    layout says they are (e.g. one file per export run), when the folder is not simply one delivery."""
+
+    def split(self, files: list[Path]) -> list[DeliveryHint]:  # pragma: no cover - abstract
+        """Hints for the files it recognises; the files it leaves out stay one delivery of their folder."""
         raise NotImplementedError
 
 
@@ -134,6 +149,16 @@ def _formats() -> tuple[ExportFormat, ...]:
 @functools.cache
 def _manifests() -> tuple[ManifestReader, ...]:
     return tuple(m for name in registry_names() for m in getattr(connector(name), "MANIFESTS", []))
+
+
+def layout_readers() -> list[LayoutReader]:
+    """Every connector's folder-layout readers (``LAYOUTS``), in connector order."""
+    return list(_layouts())
+
+
+@functools.cache
+def _layouts() -> tuple[LayoutReader, ...]:
+    return tuple(r for name in registry_names() for r in getattr(connector(name), "LAYOUTS", []))
 
 
 def describe_formats() -> str:

@@ -1,9 +1,14 @@
 """The DuckDB store: line_items, ingest_log and the bookkeeping that prevents double counting.
 
-Replacement rule: the store keeps, for every slice (provider, billing account,
-billing period), the lines of exactly one delivery: the newest one ingested.
-A delivery is ingested in one transaction; a failure or a kill leaves the store
-as it was before it.
+Replacement rule: the store keeps, for every slice (provider, export, billing
+account, billing period), the lines of exactly one delivery of that export: the
+newest one ingested (:mod:`billing_audit.deliveries` says which is newest).  A
+delivery never replaces another export's lines; where two exports deliver the
+same lines for an account and period (a subscription export inside a billing
+account export, a legacy CUR beside a CUR 2.0 export), the overlap is measured
+and one export keeps the period, by the rule in :class:`OverlapPolicy`, and the
+ingest says so.  A delivery is ingested in one transaction; a failure or a kill
+leaves the store as it was before it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import duckdb
 import polars as pl
 
 from billing_audit import schema
-from billing_audit.deliveries import Delivery, group
+from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
     MappedFile,
@@ -56,18 +61,22 @@ BOOKKEEPING = [
         fingerprint VARCHAR NOT NULL,
         status VARCHAR NOT NULL,
         slice_keys STRUCT(p VARCHAR, a VARCHAR, s TIMESTAMP)[],
-        ingested_at TIMESTAMP NOT NULL)""",
+        ingested_at TIMESTAMP NOT NULL,
+        export VARCHAR,
+        file_time TIMESTAMP)""",
     """CREATE TABLE IF NOT EXISTS slices (
         x_Provider VARCHAR NOT NULL,
         BillingAccountId VARCHAR,
         BillingPeriodStart TIMESTAMP,
         ingest_id BIGINT NOT NULL,
-        rows BIGINT NOT NULL)""",
+        rows BIGINT NOT NULL,
+        export VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS file_stats (
         path VARCHAR PRIMARY KEY,
         size BIGINT NOT NULL,
         mtime_ns BIGINT NOT NULL,
-        fingerprint VARCHAR NOT NULL)""",
+        fingerprint VARCHAR NOT NULL,
+        ctime_ns BIGINT)""",
     """CREATE TABLE IF NOT EXISTS ingest_log (
         ingest_id BIGINT NOT NULL,
         file VARCHAR NOT NULL,
@@ -80,7 +89,23 @@ BOOKKEEPING = [
         cost_total MAP(VARCHAR, DECIMAL(38,12)),
         status VARCHAR NOT NULL,
         ingested_at TIMESTAMP NOT NULL)""",
+    # stores written before exports were told apart (their NULL export matches any export)
+    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS export VARCHAR",
+    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS file_time TIMESTAMP",
+    "ALTER TABLE slices ADD COLUMN IF NOT EXISTS export VARCHAR",
+    "ALTER TABLE file_stats ADD COLUMN IF NOT EXISTS ctime_ns BIGINT",
 ]
+
+# Two export ids name the same export when they agree before any "@scope" and their scopes agree or one has
+# none (a manifest names the export's scope; a folder layout only its name).  NULL: a store from before exports.
+def same_export(column: str, param: str) -> str:
+    return (f"({column} IS NULL OR (split_part({column}, '@', 1) = split_part({param}, '@', 1) AND "
+            f"(strpos({column}, '@') = 0 OR strpos({param}, '@') = 0 OR {column} = {param})))")
+
+
+# What makes two lines of two exports the same line (the overlap of two exports).
+LINE_CONTENT = ("hash(x_Provider, BillingAccountId, SubAccountId, ResourceId, ChargePeriodStart, ChargePeriodEnd, "
+                "ChargeCategory, coalesce(x_UsageType, ChargeDescription), ConsumedQuantity, BilledCost, BillingCurrency)")
 
 
 @dataclass
@@ -97,6 +122,8 @@ class IngestReport:
     files: list[FileResult] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     replaced_rows: int = 0
+    notes: list[str] = field(default_factory=list)  # what was replaced, set aside or completed, in words
+    overlapped_rows: int = 0  # lines set aside because another export delivers the same lines
 
     @property
     def failed(self) -> int:
@@ -216,17 +243,21 @@ class Store:
         )
 
     # -- ingest -----------------------------------------------------------------
-    def ingest(self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None) -> IngestReport:
+    def ingest(self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None,
+               overlap: OverlapPolicy | None = None) -> IngestReport:
         """Ingest export files or folders; returns what happened to each file.
 
         Bad files are reported in ``report.errors`` and leave the store untouched;
-        the other files still ingest.
+        the other files still ingest.  ``overlap`` says which export keeps a period two exports
+        both deliver (default :class:`OverlapPolicy`); ``report.notes`` says what was replaced or set aside.
         """
         deliveries, errors = group([Path(p) for p in paths])
         report = IngestReport(errors=list(errors))
+        self._overlap = overlap or OverlapPolicy()
         for e in errors:
             report.files.append(FileResult(e.file, "failed", message=e.reason))
         for d in deliveries:
+            self._complete(d, report)
             try:
                 self._ingest_delivery(d, report, progress)
             except InputError as e:
@@ -238,19 +269,49 @@ class Store:
         return report
 
     def _known_fingerprint(self, path: Path) -> str | None:
-        """The fingerprint of a file already seen at this path with the same size and modification time."""
+        """The fingerprint of a file already seen at this path, unchanged since: same size, modification time
+        and inode change time (a rewrite that restores the size and mtime still changes the change time)."""
         st = path.stat()
         row = self.con.execute(
-            "SELECT fingerprint FROM file_stats WHERE path = ? AND size = ? AND mtime_ns = ?",
-            [str(path.resolve()), st.st_size, st.st_mtime_ns],
+            "SELECT fingerprint FROM file_stats WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ?",
+            [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns],
         ).fetchone()
         return str(row[0]) if row else None
 
     def _remember_files(self, d: Delivery) -> None:
         for f, fp in d.fingerprints().items():
             st = f.stat()
-            self.con.execute("INSERT OR REPLACE INTO file_stats VALUES (?, ?, ?, ?)",
-                             [str(f.resolve()), st.st_size, st.st_mtime_ns, fp])
+            self.con.execute("INSERT OR REPLACE INTO file_stats (path, size, mtime_ns, fingerprint, ctime_ns) "
+                             "VALUES (?, ?, ?, ?, ?)", [str(f.resolve()), st.st_size, st.st_mtime_ns, fp, st.st_ctime_ns])
+
+    def _complete(self, d: Delivery, report: IngestReport) -> None:
+        """A folder delivery named in part (one fixed file of a folder ingested before) is completed with the
+        files its current ingest had, so it stays the same set of files; files that are gone are said."""
+        if not d.key.startswith("folder:"):
+            return
+        rows = self.con.execute(
+            "SELECT DISTINCT split_part(l.file, '!', 1) FROM ingest_log l JOIN deliveries d USING (ingest_id) "
+            "WHERE d.delivery_key = ? AND d.status = 'current'", [d.key]).fetchall()
+        have = {f.resolve() for f in d.files}
+        gone = []
+        for (name,) in rows:
+            p = Path(name)
+            if p.resolve() in have:
+                continue
+            if p.is_file():
+                d.files.append(p)
+                d.completed_with.append(p)
+                have.add(p.resolve())
+            else:
+                gone.append(name)
+        d.files.sort()
+        if d.completed_with:
+            report.notes.append(f"{d.label}: ingested with the {len(d.completed_with)} other file(s) of its earlier "
+                                f"ingest ({', '.join(p.name for p in d.completed_with[:3])}"
+                                f"{', ...' if len(d.completed_with) > 3 else ''}): a folder is one delivery")
+        if gone:
+            report.notes.append(f"{d.label}: {len(gone)} file(s) of its earlier ingest are no longer there and their "
+                                f"lines go with it: {', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}")
 
     def _next_ingest_id(self) -> int:
         row = self.con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM deliveries").fetchone()
@@ -280,6 +341,8 @@ class Store:
                         kind = file_kind(local)
                         cols = probe_columns(con, local, display, kind)
                         fmt = detect(cols, kind, display)
+                        if not d.export:  # a delivery no manifest describes: the export its layout says, else its own
+                            d.export = fmt.export_of(f) or d.key
                         mf = MappedFile(local, display, kind, fmt, cols)
                         fp = _part_fp(fps[f], display, local == f)
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
@@ -328,7 +391,7 @@ class Store:
                         results.append(FileResult(display, "ingested", fmt.id, rows))
                         if progress:
                             progress(display, rows)
-            replaced = self._settle_slices(d, ingest_id, combined, now, results)
+            replaced = self._settle_slices(d, ingest_id, combined, now, results, report)
             self._remember_files(d)
             con.execute("COMMIT")
         except BaseException:
@@ -338,12 +401,13 @@ class Store:
         report.replaced_rows += replaced
         report.files.extend(results)
 
-    def _owner(self, prov: str, acct: str | None, period: datetime | None) -> tuple[Any, ...] | None:
+    def _owner(self, prov: str, export: str, acct: str | None, period: datetime | None) -> tuple[Any, ...] | None:
+        """The delivery of ``export`` that holds the slice (a store from before exports were told apart: any)."""
         return self.con.execute(
-            "SELECT s.ingest_id, d.version_rank, d.version, d.delivery_key FROM slices s "
-            "JOIN deliveries d USING (ingest_id) WHERE s.x_Provider = ? "
-            "AND s.BillingAccountId IS NOT DISTINCT FROM ? AND s.BillingPeriodStart IS NOT DISTINCT FROM ?",
-            [prov, acct, period],
+            "SELECT s.ingest_id, d.version_rank, d.version, d.delivery_key, d.file_time FROM slices s "
+            f"JOIN deliveries d USING (ingest_id) WHERE s.x_Provider = $p AND {same_export('s.export', '$e')} "
+            "AND s.BillingAccountId IS NOT DISTINCT FROM $a AND s.BillingPeriodStart IS NOT DISTINCT FROM $s",
+            {"p": prov, "e": export, "a": acct, "s": period},
         ).fetchone()
 
     @staticmethod
@@ -351,12 +415,12 @@ class Store:
         """True when the slice's owner beats delivery d (a re-delivery to the same place never loses)."""
         if owner is None or owner[3] == d.key:
             return False
-        return bool((owner[1], owner[2]) > (d.rank, d.version.replace(tzinfo=None)))
+        return order_key(owner[1], owner[2], owner[4]) > d.order
 
     def _already_seen(self, d: Delivery, combined: str) -> tuple[str, str] | None:
         """Skip without reading: unchanged, or seen before and every slice it had now belongs to a newer delivery."""
         row = self.con.execute(
-            "SELECT ingest_id, slice_keys, EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = d.ingest_id) "
+            "SELECT ingest_id, slice_keys, EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = d.ingest_id), export "
             "FROM deliveries d WHERE fingerprint = ? ORDER BY ingest_id DESC LIMIT 1",
             [combined],
         ).fetchone()
@@ -365,50 +429,70 @@ class Store:
         if row[2]:
             return ("unchanged", "already in the store")
         keys = row[1] or []
-        if keys and all(self._is_newer(self._owner(k["p"], k["a"], k["s"]), d) for k in keys):
+        export = row[3] or d.export or d.key
+        if keys and all(self._is_newer(self._owner(k["p"], export, k["a"], k["s"]), d) for k in keys):
             return ("superseded", "seen before; a newer delivery of its period is in the store")
         return None
 
+    def _data_version(self, d: Delivery, ingest_id: int) -> None:
+        """A delivery dated only by its files' times: what its rows say instead (GCP export_time; else the latest
+        usage a month-to-date snapshot holds), the file time staying as the last tie-break."""
+        if d.version_source != "file time":
+            return
+        row = self.con.execute("SELECT max(x_ExportTime), max(ChargePeriodEnd) FROM line_items WHERE x_IngestId = ?",
+                               [ingest_id]).fetchone()
+        if row and row[0] is not None:
+            d.version, d.version_source = row[0].replace(tzinfo=UTC), "export_time"
+        elif row and row[1] is not None:
+            d.version, d.version_source = row[1].replace(tzinfo=UTC), "latest usage"
+
     def _settle_slices(
-        self, d: Delivery, ingest_id: int, combined: str, now: datetime, results: list[FileResult]
+        self, d: Delivery, ingest_id: int, combined: str, now: datetime, results: list[FileResult],
+        report: IngestReport | None = None,
     ) -> int:
-        """Keep the newest delivery per slice; drop what the other one had there."""
+        """Keep the newest delivery of each export per slice; drop what its older delivery had there; settle
+        overlaps with other exports."""
         con = self.con
-        if d.version_source == "file time":  # the rows may say when they were exported (GCP export_time)
-            row = con.execute("SELECT max(x_ExportTime) FROM line_items WHERE x_IngestId = ?", [ingest_id]).fetchone()
-            if row and row[0] is not None:
-                d.version, d.version_source = row[0].replace(tzinfo=UTC), "export_time"
+        self._removed = False  # lines of another export set aside by an overlap
+        self._data_version(d, ingest_id)
         new_slices = con.execute(
             f"SELECT x_Provider, BillingAccountId, {PERIOD}, count(*) FROM line_items "
             "WHERE x_IngestId = ? GROUP BY ALL",
             [ingest_id],
         ).fetchall()
         con.execute(
-            "INSERT INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?, ?)",
+            "INSERT INTO deliveries (ingest_id, delivery_key, label, version, version_rank, version_source, fingerprint, "
+            "status, slice_keys, ingested_at, export, file_time) VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?, ?, ?, ?)",
             [
                 ingest_id, d.key, d.label, d.version.replace(tzinfo=None), d.rank, d.version_source, combined,
-                [{"p": p, "a": a, "s": s} for p, a, s, _ in new_slices], now,
+                [{"p": p, "a": a, "s": s} for p, a, s, _ in new_slices], now, d.export,
+                d.file_time.replace(tzinfo=None) if d.file_time else None,
             ],
         )
         replaced = 0
         superseded_rows = 0
         kept = 0
+        where = f"x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND {PERIOD} IS NOT DISTINCT FROM ?"
         for prov, acct, period, rows in new_slices:
-            owner = self._owner(prov, acct, period)
-            where = (
-                f"x_Provider = ? AND BillingAccountId IS NOT DISTINCT FROM ? AND {PERIOD} IS NOT DISTINCT FROM ?"
-            )
+            owner = self._owner(prov, d.export, acct, period)
             if self._is_newer(owner, d):
                 con.execute(f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
                 superseded_rows += rows
                 continue
             if owner:
                 n = con.execute(
-                    f"DELETE FROM line_items WHERE x_IngestId <> ? AND {where}", [ingest_id, prov, acct, period]
+                    f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [owner[0], prov, acct, period]
                 ).fetchone()
                 replaced += int(n[0]) if n else 0
-                con.execute(f"DELETE FROM slices WHERE {where}", [prov, acct, period])
-            con.execute("INSERT INTO slices VALUES (?, ?, ?, ?, ?)", [prov, acct, period, ingest_id, rows])
+                con.execute("DELETE FROM slices WHERE ingest_id = ? AND x_Provider = ? AND BillingAccountId IS NOT "
+                            "DISTINCT FROM ? AND BillingPeriodStart IS NOT DISTINCT FROM ?", [owner[0], prov, acct, period])
+            left = self._settle_overlap(d, ingest_id, prov, acct, period, rows, report)
+            if left == 0:
+                superseded_rows += rows
+                continue
+            rows = left
+            con.execute("INSERT INTO slices (x_Provider, BillingAccountId, BillingPeriodStart, ingest_id, rows, export) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", [prov, acct, period, ingest_id, rows, d.export])
             kept += rows
         if superseded_rows:
             status = "superseded" if kept == 0 else "partly superseded"
@@ -424,12 +508,87 @@ class Store:
             from billing_audit.rollup import drop_groups
 
             drop_groups(con)
-        if replaced and self._has_table("rule_hits"):  # hits of lines that are gone go with them
+        if (replaced or self._removed) and self._has_table("rule_hits"):  # hits of lines that are gone go with them
             con.execute("DELETE FROM rule_hits WHERE x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
         gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"
         con.execute(f"UPDATE deliveries SET status = 'replaced' WHERE status = 'current' AND {gone.format(t='deliveries')}")
         con.execute(f"UPDATE ingest_log SET status = 'replaced' WHERE status = 'ingested' AND {gone.format(t='ingest_log')}")
         return replaced
+
+    def _settle_overlap(self, d: Delivery, ingest_id: int, prov: str, acct: str | None, period: datetime,
+                        rows: int, report: IngestReport | None) -> int:
+        """Where another export holds the same (provider, account, period) and delivers some of the same lines,
+        count those lines once: the export the policy ranks lower gives up its copies of them (nothing else), and
+        the ingest says so.  Returns how many of this delivery's lines stay in the slice."""
+        con = self.con
+        others = con.execute(
+            "SELECT s.ingest_id, s.rows, s.export, d.label, d.version_rank, d.version, d.file_time FROM slices s "
+            "JOIN deliveries d USING (ingest_id) WHERE s.x_Provider = $p AND s.BillingAccountId IS NOT DISTINCT FROM $a "
+            f"AND s.BillingPeriodStart IS NOT DISTINCT FROM $s AND s.ingest_id <> $i AND NOT {same_export('s.export', '$e')} "
+            "ORDER BY s.ingest_id", {"p": prov, "a": acct, "s": period, "i": ingest_id, "e": d.export}).fetchall()
+        policy = getattr(self, "_overlap", OverlapPolicy())
+        where = f"x_Provider = $p AND BillingAccountId IS NOT DISTINCT FROM $a AND {PERIOD} IS NOT DISTINCT FROM $s"
+        month = f"{period:%Y-%m}" if period else "?"
+        for oid, orows, oexport, olabel, orank, oversion, ofile_time in others:
+            keys = {"p": prov, "a": acct, "s": period}
+            shared = con.execute(
+                f"WITH a AS (SELECT {LINE_CONTENT} AS h, count(*) AS n, any_value(BilledCost) AS c, "
+                f"any_value(BillingCurrency) AS cur FROM line_items WHERE x_IngestId = $new AND {where} GROUP BY 1), "
+                f"b AS (SELECT {LINE_CONTENT} AS h, count(*) AS n FROM line_items WHERE x_IngestId = $old AND {where} "
+                "GROUP BY 1) SELECT coalesce(sum(least(a.n, b.n)), 0), string_agg(DISTINCT a.cur, ','), "
+                "sum(least(a.n, b.n) * a.c) FROM a JOIN b USING (h)", {**keys, "new": ingest_id, "old": oid}).fetchone()
+            n_shared = int(shared[0]) if shared else 0
+            if n_shared == 0:
+                continue
+            cost = f"{shared[2]:,.2f} {shared[1]}" if shared and shared[2] is not None else "no cost"
+            what = (f"exports {d.export!r} and {oexport!r} deliver {n_shared:,} of the same lines ({cost}) for "
+                    f"{prov} account {acct} {month}")
+            if policy.keep == "both":
+                if report is not None:
+                    report.notes.append(f"{what}: both counted ([exports] keep = \"both\")")
+                continue
+            mine = (policy.rank(d.export), -rows)  # preferred first, then more lines, then the newer delivery
+            theirs = (policy.rank(str(oexport)), -int(orows))
+            new_wins = mine < theirs or (mine == theirs and d.order >= order_key(orank, oversion, ofile_time))
+            why = "listed first in [exports] prefer" if mine[0] != theirs[0] else (
+                "more lines" if rows != orows else "newer delivery")
+            winner, loser = (ingest_id, oid) if new_wins else (oid, ingest_id)
+            gone = con.execute(
+                f"DELETE FROM line_items WHERE x_IngestId = $l AND x_LineItemId IN (WITH w AS (SELECT {LINE_CONTENT} AS h, count(*) AS n "
+                f"FROM line_items WHERE x_IngestId = $w AND {where} GROUP BY 1), l AS (SELECT x_LineItemId, "
+                f"{LINE_CONTENT} AS h, row_number() OVER (PARTITION BY {LINE_CONTENT} ORDER BY x_SourceFile, "
+                f"x_SourceRow) AS rn FROM line_items WHERE x_IngestId = $l AND {where}) "
+                "SELECT l.x_LineItemId FROM l JOIN w USING (h) WHERE l.rn <= w.n)",
+                {**keys, "w": winner, "l": loser}).fetchone()
+            n_gone = int(gone[0]) if gone else 0
+            self._removed = True
+            left = (int(orows) if new_wins else rows) - n_gone
+            kept_name, lost_label = (d.export, olabel) if new_wins else (oexport, d.label)
+            if new_wins:
+                con.execute("UPDATE slices SET rows = ? WHERE ingest_id = ? AND x_Provider = ? AND BillingAccountId "
+                            "IS NOT DISTINCT FROM ? AND BillingPeriodStart IS NOT DISTINCT FROM ?",
+                            [left, oid, prov, acct, period])
+                if left == 0:
+                    con.execute("DELETE FROM slices WHERE ingest_id = ? AND rows = 0", [oid])
+                    con.execute("UPDATE deliveries SET status = 'overlapped' WHERE ingest_id = ? AND NOT EXISTS "
+                                "(SELECT 1 FROM slices s WHERE s.ingest_id = ?)", [oid, oid])
+            else:
+                rows = left
+            if report is not None:
+                report.overlapped_rows += n_gone
+                rest = (f"every line of {lost_label} for that period is in {kept_name!r}: it is set aside" if left == 0
+                        else f"{lost_label} keeps its {left:,} other lines")
+                report.notes.append(f"{what}: counted once, in {kept_name!r} ({why}); {rest} "
+                                    f"(choose with [exports] prefer or keep in the config)")
+        return rows
+
+    def owners(self) -> pl.DataFrame:
+        """Which export's delivery holds each provider, billing account and period, and how it was dated."""
+        return self.sql(
+            "SELECT s.x_Provider AS provider, s.BillingAccountId AS billing_account, "
+            "strftime(s.BillingPeriodStart, '%Y-%m') AS period, coalesce(s.export, d.delivery_key) AS export, "
+            "d.label AS delivery, d.version, d.version_source, s.rows AS lines, d.ingested_at "
+            "FROM slices s JOIN deliveries d USING (ingest_id) ORDER BY provider, billing_account, period, export")
 
     # -- rules ------------------------------------------------------------------
     def tag(

@@ -166,6 +166,9 @@ def _strip_prefix(expr: str) -> str:
     return f"regexp_replace({expr}, '^(resource_?tags[_/])?(user[:_])?', '', 'i')"
 
 
+_PART_NAME = re.compile(r"(.+?)-\d+(?:\.snappy)?\.(?:csv\.gz|csv|zip|parquet)", re.IGNORECASE)
+
+
 class CurLegacy(ExportFormat):
     id = "aws-cur"
     provider = "aws"
@@ -176,6 +179,11 @@ class CurLegacy(ExportFormat):
 
     def normalize_name(self, name: str) -> str:
         return athena_name(name)
+
+    def export_of(self, path: Path) -> str | None:
+        """The report: its files are ``<report>-<n>.csv.gz`` / ``<report>-0000n.snappy.parquet``."""
+        m = _PART_NAME.fullmatch(path.name)
+        return f"aws-cur:{m.group(1)}" if m else None
 
     def detect(self, cols: dict[str, str], kind: str) -> bool:
         if "bill_payer_account_name" in cols or cols.get("product", "").startswith("MAP"):
@@ -230,6 +238,7 @@ class CurManifest(ManifestReader):
         return DeliveryHint(
             key=key,
             files=files,
+            export=f"aws-cur:{data.get('reportName', '')}",
             label=f"{data.get('reportName', '')} assembly {data['assemblyId']}",
             newest=current == data["assemblyId"],
             outdated=current is not None and current != data["assemblyId"],

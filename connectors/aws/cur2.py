@@ -86,6 +86,14 @@ class Cur2(ExportFormat):
     required = ("line_item_unblended_cost", "line_item_usage_start_date", "line_item_line_item_type")
     priority = 40  # before the legacy CUR, whose columns CUR 2.0 mostly shares
 
+    def export_of(self, path: Path) -> str | None:
+        """The data export: its files lie under ``<prefix>/<export>/data/BILLING_PERIOD=YYYY-MM/``."""
+        parts = path.parts
+        for i in range(len(parts) - 2, 0, -1):
+            if parts[i] == "data" and i + 1 < len(parts) and _PERIOD_DIR.fullmatch(parts[i + 1]):
+                return f"aws-data-export:{parts[i - 1]}"
+        return None
+
     def normalize_name(self, name: str) -> str:
         return athena_name(name)
 
@@ -204,6 +212,7 @@ class Cur2Manifest(ManifestReader):
         return DeliveryHint(
             key=f"aws-cur2:{name}:{period}:{execution}",
             files=files,
+            export=f"aws-data-export:{name}",
             version=version,
             label=f"{name} {period} execution {execution}",
             newest=bool(_PERIOD_DIR.fullmatch(path.parent.name)),

@@ -11,3 +11,4 @@ from connectors.azure import cost_details
 PROVIDER = "azure"  # the x_Provider value of this cloud's lines
 FORMATS = [*cost_details.FORMATS]
 MANIFESTS = [*cost_details.MANIFESTS]
+LAYOUTS = [*cost_details.LAYOUTS]

@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, LayoutReader, ManifestReader, has_all, has_any, resolve_keys
 from billing_audit.sql import lit
 
 # Declared source columns (lower-case; matching is case-insensitive).  Where two
@@ -295,6 +295,41 @@ class AzureCostDetails(ExportFormat):
     def render(self, cols: dict[str, str]) -> str:
         return SELECT.format(spot=SPOT, category=_category_case())
 
+    def export_of(self, path: Path) -> str | None:
+        return export_from_path(path)
+
+
+_RUN_FILE = re.compile(r"(?P<export>.+)_(?P<run>[0-9a-f]{8}(?:-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?)"
+                       r"\.(?:csv|csv\.gz|parquet|snappy\.parquet)", re.IGNORECASE)
+
+
+def export_from_path(path: Path) -> str | None:
+    """The export a cost file belongs to, from Azure's layouts: a legacy run file ``<export>_<guid>.csv``, or
+    ``{yyyyMMdd-yyyyMMdd}/{export}/{yyyyMMddHHmm}/{runId}/part_*`` (the folder after the date range)."""
+    m = _RUN_FILE.fullmatch(path.name)
+    if m:
+        return f"azure-export:{m.group('export')}"
+    parts = path.parts
+    for i in range(len(parts) - 2, -1, -1):
+        if _PERIOD_DIR.fullmatch(parts[i]) and i + 2 < len(parts):
+            return f"azure-export:{parts[i + 1]}"
+    return None
+
+
+class LegacyRunFiles(LayoutReader):
+    """Older Azure exports (no manifest) add one ``<export>_<guid>`` file per run to the month's folder: each is a
+    full snapshot of the month, so each is its own delivery of the export, never parts of one."""
+
+    def split(self, files: list[Path]) -> list[DeliveryHint]:
+        hints = []
+        for f in files:
+            m = _RUN_FILE.fullmatch(f.name)
+            if m:
+                hints.append(DeliveryHint(key=f"azure-run:{f.parent.resolve()}:{f.name}", files=[f],
+                                          export=f"azure-export:{m.group('export')}",
+                                          label=f"{m.group('export')} run {m.group('run')} ({f})"))
+        return hints
+
 
 # -- manifests ----------------------------------------------------------------------
 
@@ -342,6 +377,7 @@ class CostExportManifest(ManifestReader):
         return DeliveryHint(
             key=f"azure-export:{name}:{period}:{run_id}",
             files=files,
+            export=f"azure-export:{export.get('exportName') or name}" + (f"@{name}" if export.get("resourceId") else ""),
             missing=missing,
             version=_parse_time(run.get("submittedTime")),
             label=f"{export.get('exportName', '')} run {run_id}",
@@ -361,3 +397,4 @@ def _period(run: dict[str, object], path: Path) -> str:
 
 FORMATS = [AzureCostDetails()]
 MANIFESTS = [CostExportManifest()]
+LAYOUTS = [LegacyRunFiles()]

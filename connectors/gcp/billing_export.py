@@ -21,6 +21,8 @@ What the extracts look like and how the mapping copes:
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import ClassVar
 
 from billing_audit.formats import NUM, RAW, TEXT, TIME, ExportFormat, ManifestReader, has_all, has_any
@@ -242,6 +244,9 @@ def _as_json(name: str, dtype: str | None) -> str:
     return f'to_json("{name}")'
 
 
+_TABLE = re.compile(r"gcp_billing_export_(?:resource_)?v1_[0-9A-Za-z_]+")
+
+
 class GcpBilling(ExportFormat):
     id = "gcp-billing"
     provider = "gcp"
@@ -250,6 +255,15 @@ class GcpBilling(ExportFormat):
     nested: ClassVar[tuple[str, ...]] = NESTED_COLUMNS
     columns = {**SCALAR_COLUMNS, **{n: RAW for n in NESTED_COLUMNS}}
     required = _BASE_REQUIRED
+
+    def export_of(self, path: Path) -> str | None:
+        """The export table: extracts are named after it (``gcp_billing_export_v1_<ACCOUNT>-000000000000.json``,
+        or a folder of that name)."""
+        for part in reversed(path.parts):
+            m = _TABLE.match(part)
+            if m:
+                return f"gcp-table:{m.group(0)}"
+        return None
 
     def detect(self, cols: dict[str, str], kind: str) -> bool:
         return (
