@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 import billing_audit
-from billing_audit.cli import _print_ingest, db_option, err, handle_errors, out
+from billing_audit.cli.console import err, out
+from billing_audit.cli.console import print_ingest as _print_ingest
+from billing_audit.cli.options import db_option, handle_errors
 from billing_audit.errors import BillingAuditError
 
 HELP = """Fetch AWS Cost and Usage Reports from S3, then ingest them.

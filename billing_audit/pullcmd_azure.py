@@ -9,7 +9,10 @@ from typing import Any
 
 import click
 
-from billing_audit.cli import _print_ingest, _run_ingest, db_option, err, handle_errors
+from billing_audit.cli.compat import _run_ingest
+from billing_audit.cli.console import err
+from billing_audit.cli.console import print_ingest as _print_ingest
+from billing_audit.cli.options import db_option, handle_errors
 from billing_audit.errors import BillingAuditError
 
 HELP = """Pull Azure Cost Management exports from Blob Storage, then ingest them.

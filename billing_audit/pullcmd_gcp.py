@@ -11,7 +11,10 @@ from pathlib import Path
 
 import click
 
-from billing_audit.cli import _print_ingest, _run_ingest, db_option, err, handle_errors
+from billing_audit.cli.compat import _run_ingest
+from billing_audit.cli.console import err
+from billing_audit.cli.console import print_ingest as _print_ingest
+from billing_audit.cli.options import db_option, handle_errors
 
 HELP = """Query GCP billing export rows of an invoice month from BigQuery, cache them, ingest them.
 

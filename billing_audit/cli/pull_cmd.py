@@ -48,3 +48,4 @@ def pull() -> None:
       billing-audit pull azure --scope /subscriptions/SUB --export gpu-daily
       billing-audit pull gcp --table proj.billing.gcp_billing_export_v1_0123 --month 202610
     """
+COMMANDS = (pull,)
