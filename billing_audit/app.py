@@ -29,6 +29,7 @@ import polars as pl
 
 import billing_audit
 from billing_audit.errors import BillingAuditError
+from billing_audit.pulling import DryRun, FetchProgress, Message, PullOptions
 from billing_audit.store import IngestReport, Progress
 
 if TYPE_CHECKING:
@@ -439,3 +440,39 @@ def generate(provider: str, rows: int, out_dir: str, seed: int = 0, rows_per_fil
     started = time.perf_counter()
     files = run(provider, rows, out_dir, seed=seed, rows_per_file=rows_per_file)
     return Generated(provider, rows, out_dir, files, time.perf_counter() - started)
+
+
+# -- pull ---------------------------------------------------------------------------------------------------------
+@dataclass
+class PullResult:
+    dry_run: DryRun | None = None  # with options.dry_run: what would be fetched (nothing was)
+    ingest: IngestReport | None = None  # what the ingest of the fetched files did (None: nothing to ingest)
+    failed: bool = False  # a delivery could not be fetched, or a file not ingested: exit 2
+    error: str | None = None  # the error the pull ends with, after the ingest
+
+
+def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message], None] | None = None,
+         progress: FetchProgress | None = None, ingest_progress: Progress | None = None) -> PullResult:
+    """Fetch what changed from connector ``source`` (its ``PULLER.Options``), then ingest it into ``db``.
+
+    ``say`` gets the connector's messages as they come (after planning, after fetching); ``progress``
+    draws the download, ``ingest_progress(file, rows)`` the ingest.  The store is opened only when
+    there is something to ingest."""
+    from billing_audit.pulling import puller
+
+    tell = say or (lambda m: None)
+    p = puller(source)
+    plan = p.plan(options)
+    for m in plan.messages:
+        tell(m)
+    if options.dry_run:
+        return PullResult(dry_run=plan.dry_run())
+    fetched = p.fetch(plan, progress)
+    for m in fetched.messages:
+        tell(m)
+    report = None
+    if fetched.ready:
+        with billing_audit.open(db) as store:
+            report = p.ingest(store, fetched, ingest_progress)
+    return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
+                      error=fetched.error)

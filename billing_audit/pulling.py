@@ -110,22 +110,24 @@ class FetchProgress(Protocol):
     def detail(self, text: str) -> None: ...
 
 
-O = TypeVar("O", bound=BaseModel)
-P = TypeVar("P", bound=PullPlan)
-F = TypeVar("F", bound=Fetched)
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
+PlanT = TypeVar("PlanT", bound=PullPlan)
+FetchedT = TypeVar("FetchedT", bound=Fetched)
 
 
-class Puller(Protocol[O, P, F]):
+class Puller(Protocol[OptionsT, PlanT, FetchedT]):
     """A connector's pull: its ``--help`` text, its options model and the three steps."""
 
     name: str  # the subcommand: `billing-audit pull <name>`
+    title: str  # how the cloud is called in `pull --help`, e.g. "AWS"
+    example: str  # one command line for `pull --help`
     help: str  # the command's help: what it fetches, authentication, permissions, examples
-    Options: type[O]  # the command's flags (besides the shared --db)
+    Options: type[OptionsT]  # the command's flags (besides the shared --db)
     db_before: str  # the field the shared --db option is listed before in --help
 
-    def plan(self, options: O) -> P: ...
-    def fetch(self, plan: P, progress: FetchProgress | None) -> F: ...
-    def ingest(self, store: Store, fetched: F, progress: IngestProgress | None) -> IngestReport: ...
+    def plan(self, options: OptionsT) -> PlanT: ...
+    def fetch(self, plan: PlanT, progress: FetchProgress | None) -> FetchedT: ...
+    def ingest(self, store: Store, fetched: FetchedT, progress: IngestProgress | None) -> IngestReport: ...
 
 
 AnyPuller = Puller[Any, Any, Any]

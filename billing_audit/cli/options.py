@@ -167,7 +167,10 @@ class ConnectorChoice(click.ParamType):  # type: ignore[type-arg]  # generic fro
         self.fail(f"{value!r} is not one of {', '.join(map(repr, self.choices()))}.", param, ctx)
 
 
-def model_options(model: type[BaseModel], shared: dict[str, Callable[[F], F]] | None = None) -> Callable[[F], F]:
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def model_options(model: type[BaseModel], shared: dict[str, Decorator] | None = None) -> Decorator:
     """One click option per field of a pydantic model, in field order: the flag names, metavar, envvar and
     click type come from the field's ``json_schema_extra`` (``flag``: "--bucket" or "-q/--quiet", ``metavar``,
     ``envvar``, ``show_envvar``, ``path``: "dir"), the help from its description, the default from its default;
@@ -177,7 +180,7 @@ def model_options(model: type[BaseModel], shared: dict[str, Callable[[F], F]] | 
     from pydantic_core import PydanticUndefined
 
     shared = shared or {}
-    decorators: list[Callable[[F], F]] = []
+    decorators: list[Decorator] = []
     for name, info in model.model_fields.items():
         if name in shared:
             decorators.append(shared[name])
@@ -206,7 +209,7 @@ def model_options(model: type[BaseModel], shared: dict[str, Callable[[F], F]] | 
                 kw[key] = extra[key]
         decorators.append(click.option(*flags, name, **kw))
 
-    def apply(f: F) -> F:
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
         for d in reversed(decorators):
             f = d(f)
         return f
