@@ -128,7 +128,7 @@ class Bars:
                        TextColumn("{task.fields[detail]}")]
         else:
             columns = [TextColumn("[bold]{task.description}"), BarColumn(),
-                       TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"), TimeElapsedColumn()]
+                       TextColumn("{task.completed:,.0f}{task.fields[of]} rows"), TimeElapsedColumn()]
         self._bar = Progress(*columns, console=err, transient=True)
         self._bar.start()
         self._kind = kind
@@ -147,7 +147,7 @@ class Bars:
     # a pull's fetch progress (billing_audit.pulling.FetchProgress)
     def start(self, label: str, total: int | None, unit: str = "bytes") -> None:
         bar = self._open("bytes" if unit == "bytes" else "rows")
-        self._task = bar.add_task(label, total=total or None, detail="")
+        self._task = bar.add_task(label, total=total or None, detail="", of=f"/{total:,}" if total else "")
 
     def advance(self, n: int) -> None:
         if self._bar is not None and self._task is not None:
