@@ -100,7 +100,7 @@ def ensure_data(workdir: Path, rows: int, seed: int, regenerate: bool) -> tuple[
     res = run_timed([CLI, "generate", "--provider", "aws", "--rows", str(rows), "--out", str(folder),
                      "--seed", str(seed)], timeout=3600)
     if res["rc"] != 0:  # cli.py may not register `generate` yet: call the module's command directly
-        res = run_timed([PY, "-c", "from billing_audit.cli_generate import command; command()", "--provider", "aws",
+        res = run_timed([PY, "-c", "from billing_audit.cli.generate_cmd import generate; generate()", "--provider", "aws",
                          "--rows", str(rows), "--out", str(folder), "--seed", str(seed)], timeout=3600)
     if res["rc"] != 0:
         raise SystemExit(f"generation failed: {res.get('stderr')}")

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import billing_audit
-from billing_audit.cli_generate import command
+from billing_audit.cli.generate_cmd import generate as command
 from billing_audit.config import load_config
 from billing_audit.errors import BillingAuditError
 from billing_audit.generate import generate

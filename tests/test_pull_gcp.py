@@ -464,7 +464,7 @@ def test_help_documents_authentication_and_permissions() -> None:
 
 
 def test_starting_the_cli_does_not_import_the_google_sdk() -> None:
-    code = ("import sys, billing_audit.cli, billing_audit.pullcmd_gcp; "
+    code = ("import sys, billing_audit.cli, billing_audit.cli.pull_cmd as p; p.build('gcp'); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'google'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)

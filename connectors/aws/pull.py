@@ -36,6 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from billing_audit import pulling
 from billing_audit.reader import is_data_file
 from connectors.pull_common import (
     STATE_FILE,
@@ -393,7 +396,8 @@ def _stamp_of(text: str | None) -> datetime | None:
     if not m:
         return None
     try:
-        return datetime(*(int(g or 0) for g in m.groups()), tzinfo=UTC)  # type: ignore[misc]
+        y, mo, d, h, mi, s = (int(g or 0) for g in m.groups())
+        return datetime(y, mo, d, h, mi, s, tzinfo=UTC)
     except ValueError:
         return None
 
@@ -768,3 +772,150 @@ def _drop_empty_dirs(folder: Path, root: Path) -> None:
         except OSError:
             return
         folder = folder.parent
+
+
+# -- `billing-audit pull aws` (billing_audit.pulling.Puller) ---------------------------------------------------------
+HELP = """Fetch AWS Cost and Usage Reports from S3, then ingest them.
+
+Finds the exports under s3://BUCKET/PREFIX: CUR 2.0 and FOCUS data exports
+(<prefix>/<export>/metadata/BILLING_PERIOD=YYYY-MM/<export>-Manifest.json),
+legacy CUR reports (<prefix>/<report>/<yyyymmdd-yyyymmdd>/<report>-Manifest.json)
+and legacy Athena parquet (.../year=YYYY/month=M/).  When the credentials may
+call them, the Data Exports API (ListExports, GetExport) and the CUR API
+(DescribeReportDefinitions) also name the exports and their destination, so
+--export/--report alone is enough; without those rights the bucket layout is used.
+
+\b
+Only the newest complete delivery of each billing period is fetched:
+  - legacy "keep versions": the assembly the period manifest names (older
+    assemblies are never downloaded);
+  - CUR 2.0 "create new": the execution the period's manifest lists (or the
+    newest timestamped folder);  "overwrite": what is there.
+Objects whose ETag and size did not change since the last pull are skipped,
+interrupted downloads resume (ranged GETs), throttling, 5xx and dropped
+connections are retried.  A manifest that lists a missing object, or a key
+with ../, is an error for that period and nothing of it is ingested (exit 2).
+Files are kept in the cache under their S3 keys; older deliveries of a
+period are deleted from the cache once the newer one is ingested.
+
+\b
+Authentication: the standard AWS credential chain - environment variables
+(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), --profile or
+AWS_PROFILE (access keys, assume-role or IAM Identity Center/SSO profiles: run
+`aws sso login` first), web identity, then the container or EC2 instance role.
+Credentials are never printed.  --endpoint-url sends every call (S3 and the
+discovery APIs) to another endpoint, e.g. an S3-compatible store or a test
+server; AWS_ENDPOINT_URL_S3 etc. also work.
+
+\b
+Permissions (IAM actions):
+  s3:ListBucket                         on arn:aws:s3:::BUCKET (prefix PREFIX/*)
+  s3:GetObject                          on arn:aws:s3:::BUCKET/PREFIX/*
+  kms:Decrypt                           if the bucket uses a customer KMS key
+  bcm-data-exports:ListExports          optional: find CUR 2.0 / FOCUS exports
+  bcm-data-exports:GetExport            optional: their bucket, prefix, format
+  cur:DescribeReportDefinitions         optional: find legacy CUR reports
+
+\b
+Examples:
+  billing-audit pull aws --bucket my-billing --prefix cur --report gpu-cur --period 2026-10
+  billing-audit pull aws --export gpu-cur2 --profile billing-ro       # destination from GetExport
+  billing-audit pull aws --bucket my-billing --prefix exports --dry-run
+"""
+
+
+class AwsOptions(BaseModel):
+    """The flags of `billing-audit pull aws`, in --help order (the shared --db goes before --cache)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bucket: str | None = Field(None, description="S3 bucket the exports are delivered to (default: from --export/--report via the APIs).")
+    prefix: str | None = Field(None, description="Key prefix of the exports (the export's S3 prefix); default: whole bucket.")
+    export: str | None = Field(None, description="Only this CUR 2.0 / FOCUS data export.", json_schema_extra={"metavar": "NAME"})
+    report: str | None = Field(None, description="Only this legacy CUR report.", json_schema_extra={"metavar": "NAME"})
+    periods: tuple[str, ...] = Field((), description="Only this billing period; repeatable. Default: all.",
+                                     json_schema_extra={"flag": "--period", "metavar": "YYYY-MM"})
+    profile: str | None = Field(None, description="AWS profile (default: AWS_PROFILE / the credential chain).")
+    region: str | None = Field(None, description="AWS region of the bucket (default: the profile's / AWS_REGION).")
+    endpoint_url: str | None = Field(None, description="Send the AWS calls to this endpoint instead (S3-compatible store, test server).")
+    cache: str = Field("billing-audit-cache/aws", description="Where downloads are kept, under BUCKET/<key>.",
+                       json_schema_extra={"path": "dir"})
+    dry_run: bool = Field(False, description="List what would be fetched and its size (reads only the listing and manifests); "
+                                             "ingest nothing.")
+    quiet: bool = Field(False, description="No progress bar or summary lines.", json_schema_extra={"flag": "-q/--quiet"})
+
+
+@dataclass
+class AwsPullPlan:
+    clients: AwsClients
+    plan: AwsPlan
+    cache: PullCache
+    messages: list[pulling.Message] = field(default_factory=list)
+
+    def dry_run(self) -> pulling.DryRun:
+        problems = [str(p) for p in self.plan.problems]
+        return pulling.DryRun(describe_plan(list(self.plan.deliveries), self.cache), [pulling.error(p) for p in problems],
+                              failed=bool(problems))
+
+
+@dataclass
+class AwsFetched:
+    result: FetchResult
+    cache: PullCache
+    messages: list[pulling.Message] = field(default_factory=list)
+    failed: bool = False
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.result.fetched)
+
+
+class AwsPuller:
+    name = "aws"
+    title = "AWS"
+    example = "billing-audit pull aws --bucket my-billing --prefix cur --period 2026-10"
+    help = HELP
+    Options = AwsOptions
+    db_before = "cache"
+
+    def plan(self, options: AwsOptions) -> AwsPullPlan:
+        if options.export and options.report:
+            raise PullError("give --export (CUR 2.0 / FOCUS) or --report (legacy CUR), not both")
+        clients = AwsClients(profile=options.profile, region=options.region, endpoint_url=options.endpoint_url)
+        the_plan, cache = plan(clients, Path(options.cache), bucket=options.bucket, prefix=options.prefix,
+                               export=options.export, report=options.report, periods=options.periods)
+        res = AwsPullPlan(clients, the_plan, cache)
+        if not the_plan.deliveries and not the_plan.problems:
+            res.messages.append(pulling.info(f"nothing to pull under s3://{the_plan.bucket}/{the_plan.prefix}"
+                                             + (f" for {', '.join(options.periods)}" if options.periods else "")))
+        return res
+
+    def fetch(self, p: AwsPullPlan, progress: pulling.FetchProgress | None) -> AwsFetched:
+        if progress is None:
+            result = fetch(p.clients, p.plan, p.cache)
+        else:
+            files = sum(len(d.objects) for d in p.plan.deliveries)
+            progress.start("pull aws", sum(d.size for d in p.plan.deliveries), "bytes")
+            progress.detail(f"0/{files} files")
+            done = 0
+
+            def file_done(obj: RemoteObject, downloaded: bool) -> None:
+                nonlocal done
+                done += 1
+                progress.detail(f"{done}/{files} files")
+                if not downloaded:
+                    progress.advance(obj.size)
+
+            result = fetch(p.clients, p.plan, p.cache, progress=progress.advance, file_done=file_done)
+        problems = [*p.plan.problems, *result.problems]
+        said = [pulling.info(f"s3://{p.plan.bucket}/{p.plan.prefix}: {len(result.fetched)} delivery(ies), "
+                             f"{result.files_downloaded} file(s) downloaded ({result.bytes_downloaded:,} bytes), "
+                             f"{result.files_cached} unchanged")]
+        return AwsFetched(result, p.cache, said + [pulling.error(str(x)) for x in problems], failed=bool(problems))
+
+    def ingest(self, store: Store, fetched: AwsFetched, progress: pulling.IngestProgress | None) -> IngestReport:
+        return ingest(store, fetched.result.fetched, fetched.cache, progress=progress)
+
+
+PULLER: pulling.Puller[AwsOptions, AwsPullPlan, AwsFetched] = AwsPuller()

@@ -30,6 +30,7 @@ text goes through :func:`redact`.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -39,9 +40,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from billing_audit import pulling
 from connectors.pull_common import (
     PlannedDelivery,
     PullCache,
@@ -55,6 +59,9 @@ from connectors.pull_common import (
 from connectors.pull_common import (
     describe_plan as describe_plan,
 )
+
+if TYPE_CHECKING:
+    from billing_audit.store import IngestReport, Store
 
 T = TypeVar("T")
 
@@ -147,7 +154,8 @@ def _classify(e: BaseException, what: str, backoff: _Backoff | None, *, denied_h
         code = _error_code(e)
         if status in (408, 429) or status >= 500:
             if backoff is not None and e.response is not None:
-                ra = e.response.headers.get("Retry-After") or e.response.headers.get(
+                headers: Any = getattr(e.response, "headers", {})
+                ra = headers.get("Retry-After") or headers.get(
                     "x-ms-ratelimit-microsoft.costmanagement-qpu-retry-after"
                 )
                 try:
@@ -769,8 +777,8 @@ def list_runs(client: Any, scope: str, exports: Iterable[str] | None = None) -> 
     runs: list[_Run] = []
     for exp in all_exports:
         name = str(exp.name)
-        full = call(lambda n=name: client.exports.get(scope, n, expand="runHistory"), f"export {name!r} in {scope}",
-                    denied_hint=hint)
+        full = call(functools.partial(client.exports.get, scope, name, expand="runHistory"),
+                    f"export {name!r} in {scope}", denied_hint=hint)
         props = full.properties
         dtype = _s(_g(props, "delivery_info", "destination", "type")) or "AzureBlob"
         if dtype.lower() not in ("azureblob", ""):
@@ -780,7 +788,7 @@ def list_runs(client: Any, scope: str, exports: Iterable[str] | None = None) -> 
         for r in _g(props, "run_history", "value") or []:
             items[str(r.name or r.id)] = r
         try:
-            hist = call(lambda n=name: client.exports.get_execution_history(scope, n),
+            hist = call(functools.partial(client.exports.get_execution_history, scope, name),
                         f"run history of export {name!r}", denied_hint=hint)
             for r in hist.value or []:
                 items.setdefault(str(r.name or r.id), r)
@@ -981,3 +989,186 @@ def fetch(
 def ingest(store: Any, paths: list[Path], progress: Any = None) -> Any:
     """Store.ingest of the fetched files (each delivery replaces its billing period atomically)."""
     return store.ingest([str(f) for f in paths], progress=progress)
+
+
+# -- `billing-audit pull azure` (billing_audit.pulling.Puller) -------------------------------------------------------
+HELP = """Pull Azure Cost Management exports from Blob Storage, then ingest them.
+
+Only the newest completed run of each export and billing period is downloaded
+(never every daily snapshot; a newer failed run never wins); blobs already in
+the cache with the same ETag are skipped, partial downloads resume.
+
+\b
+Two ways to find the runs:
+  --scope SCOPE       ask Cost Management for the scope's exports (--export to
+                      pick some) and their run history; each run's manifest
+                      names its blobs in the export's storage account.
+  --storage-url URL   read an export folder directly (no Cost Management access):
+  --connection-string every manifest.json / _manifest.json under --path is read,
+                      runs are grouped by the billing period the manifest names.
+
+\b
+Authentication:
+  Cost Management and storage use DefaultAzureCredential: environment
+  (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET or certificate),
+  workload identity, managed identity, Azure CLI (`az login`), Azure
+  PowerShell, azd.  A --storage-url with a SAS token, or a
+  --connection-string (env AZURE_STORAGE_CONNECTION_STRING), is used for the
+  blobs instead.  Keys, SAS tokens and connection strings are never printed.
+
+\b
+Permissions:
+  --scope: Cost Management Reader (or Reader) on the scope, i.e.
+    Microsoft.CostManagement/exports/read (exports list, get with
+    runHistory, runHistory); billing-account/profile scopes need the billing
+    reader role there.
+  blobs: Storage Blob Data Reader on the storage account or container, i.e.
+    Microsoft.Storage/storageAccounts/blobServices/containers/read and
+    .../containers/blobs/read; or a SAS with read (r) and list (l).
+
+\b
+Examples:
+  billing-audit pull azure --scope /subscriptions/SUB --export gpu-daily --period 2026-10
+  billing-audit pull azure --scope /providers/Microsoft.Billing/billingAccounts/123 --dry-run
+  billing-audit pull azure --storage-url 'https://acct.blob.core.windows.net/costexports/ea?sv=...&sig=...'
+  AZURE_STORAGE_CONNECTION_STRING='...' billing-audit pull azure --container costexports --path ea
+"""
+
+
+class AzureOptions(BaseModel):
+    """The flags of `billing-audit pull azure`, in --help order (the shared --db goes before --quiet)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scope: str | None = Field(None, description="Cost Management scope: /subscriptions/ID, .../resourceGroups/RG, "
+                                                "/providers/Microsoft.Billing/billingAccounts/ID[/billingProfiles/ID], ...")
+    exports: tuple[str, ...] = Field((), description="Only this export (repeatable).",
+                                     json_schema_extra={"flag": "--export", "metavar": "NAME"})
+    periods: tuple[str, ...] = Field((), description="Only this billing period (repeatable).",
+                                     json_schema_extra={"flag": "--period", "metavar": "YYYY-MM"})
+    storage_url: str | None = Field(None, description="https://ACCOUNT.blob.core.windows.net/CONTAINER[/PATH][?SAS]",
+                                    json_schema_extra={"metavar": "URL"})
+    connection_string: str | None = Field(
+        None, description="Storage connection string (prefer the environment variable to the command line).",
+        json_schema_extra={"envvar": "AZURE_STORAGE_CONNECTION_STRING", "show_envvar": True, "metavar": "CS"}, repr=False)
+    container: str | None = Field(None, description="Blob container (with --connection-string, or to override the export's).")
+    path: str | None = Field(None, description="Folder in the container holding the export runs (default: all).")
+    arm_endpoint: str | None = Field(None, description="Resource Manager endpoint (sovereign clouds); default https://management.azure.com.",
+                                     json_schema_extra={"envvar": "BILLING_AUDIT_AZURE_ARM_ENDPOINT", "metavar": "URL"})
+    cache: str = Field(str(Path("billing-audit-cache") / "azure"), description="Download cache folder.",
+                       json_schema_extra={"path": "dir"})
+    dry_run: bool = Field(False, description="List what would be fetched and its size; fetch nothing.")
+    quiet: bool = Field(False, description="No progress bar or summary line.", json_schema_extra={"flag": "-q/--quiet"})
+
+
+_OPTION_PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+def _option_periods(values: tuple[str, ...]) -> list[str]:
+    """--period values, each YYYY-MM (comma-separated lists too)."""
+    out = []
+    for v in values:
+        for p in v.split(","):
+            p = p.strip()
+            if not _OPTION_PERIOD.match(p):
+                raise PullError(f"--period {p!r}: expected YYYY-MM")
+            out.append(p)
+    return out
+
+
+@dataclass
+class AzurePullPlan:
+    plans: list[Plan]
+    messages: list[pulling.Message] = field(default_factory=list)
+
+    def dry_run(self) -> pulling.DryRun:
+        lines: list[str] = []
+        for p in self.plans:
+            lines.append(f"{p.source.describe()} -> {p.cache.root}")
+            lines += [redact(line) for line in describe_plan(list(p.deliveries), p.cache)]
+            lines += [f"  cannot pull: {redact(e)}" for e in p.errors]
+        if not any(p.deliveries for p in self.plans) and not any(p.errors for p in self.plans):
+            lines.append("nothing to pull")
+        return pulling.DryRun(lines)
+
+
+@dataclass
+class AzureFetched:
+    paths: list[Path]
+    messages: list[pulling.Message] = field(default_factory=list)
+    failed: bool = False
+    error: str | None = None  # the last problem (the others are messages)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.paths)
+
+
+class AzurePuller:
+    name = "azure"
+    title = "Azure"
+    example = "billing-audit pull azure --scope /subscriptions/SUB --export gpu-daily"
+    help = HELP
+    Options = AzureOptions
+    db_before = "quiet"
+
+    def plan(self, options: AzureOptions) -> AzurePullPlan:
+        o = options
+        wanted = _option_periods(o.periods)
+        register_secret(o.connection_string)
+        if o.storage_url:
+            parse_storage_url(o.storage_url)  # registers its SAS as a secret, checks the URL
+        root = Path(o.cache)
+        try:
+            if o.scope:
+                def open_source(account: str, dest_container: str) -> BlobSource:
+                    if o.storage_url or o.connection_string:
+                        return open_container(storage_url=o.storage_url, connection_string=o.connection_string,
+                                              container=o.container or dest_container, path=o.path)
+                    if not account:
+                        raise PullError("the export names no storage account: give --storage-url")
+                    return open_container(account_url=f"https://{account}.blob.core.windows.net", account=account,
+                                          container=o.container or dest_container, path=o.path)
+
+                client = cost_client(arm_endpoint=o.arm_endpoint)
+                plans = plan_scope(client, o.scope, open_source, root, exports=o.exports, periods=wanted)
+            else:
+                if not (o.storage_url or o.connection_string):
+                    raise PullError("give --scope, or --storage-url / --connection-string to read an export folder")
+                src = open_container(storage_url=o.storage_url, connection_string=o.connection_string,
+                                     container=o.container, path=o.path)
+                plans = [plan_container(src, root, periods=wanted, exports=o.exports)]
+        except PullError as e:
+            raise PullError(redact(str(e))) from None
+        return AzurePullPlan(plans, [pulling.note(redact(n)) for p in plans for n in p.notes])
+
+    def fetch(self, p: AzurePullPlan, progress: pulling.FetchProgress | None) -> AzureFetched:
+        total = sum(d.size for pl in p.plans for d in pl.deliveries)
+        on_bytes: Callable[[int], None] | None = None
+        on_file: Callable[[str], None] | None = None
+        if progress is not None and total > 0:
+            progress.start("pull azure", total, "bytes")
+            on_bytes, on_file = progress.advance, progress.detail
+        paths: list[Path] = []
+        errors: list[str] = []
+        fetched = cached = nbytes = 0
+        for pl in p.plans:
+            res = fetch(pl, progress=on_bytes, on_file=on_file)
+            paths.extend(res.paths)
+            errors.extend(res.errors)
+            fetched += res.fetched
+            cached += res.cached
+            nbytes += res.bytes
+        said = [pulling.error(redact(e)) for e in errors[:-1]]
+        said.append(pulling.info(f"fetched {fetched} file(s) ({nbytes:,} bytes), {cached} unchanged in the cache"))
+        if not paths and not errors:
+            said.append(pulling.info("nothing to ingest"))
+        last = redact(errors[-1]) + (f" ({len(errors)} problems, see above)" if len(errors) > 1 else "") if errors else None
+        return AzureFetched(paths, said, error=last)
+
+    def ingest(self, store: Store, fetched: AzureFetched, progress: pulling.IngestProgress | None) -> IngestReport:
+        report: IngestReport = ingest(store, fetched.paths, progress=progress)
+        return report
+
+
+PULLER: pulling.Puller[AzureOptions, AzurePullPlan, AzureFetched] = AzurePuller()

@@ -43,6 +43,7 @@ The Google SDK is imported inside the functions: importing this module stays che
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -52,12 +53,17 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from billing_audit import pulling
 from connectors.focus.formats import FOCUS_SOURCE
 from connectors.gcp.billing_export import RESOURCE_NESTED_COLUMNS, SCALAR_COLUMNS
 from connectors.pull_common import PullCache, PullError, RemoteObject
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
+
+    from billing_audit.store import IngestReport, Store
 
 LEAD_DAYS = 3  # partitions written before the month starts (time zones, clock skew)
 LATE_DAYS = 15  # partitions written after the month ends that still hold its rows
@@ -184,7 +190,7 @@ def classify(ref: TableRef, fields: list[Any], table_type: str = "TABLE", partit
         if fld is None:
             info.partition_column, info.partition_type = "_PARTITIONTIME", "TIMESTAMP"
         elif info.col(fld):
-            typ = columns[info.col(fld)]  # type: ignore[index]
+            typ = columns[str(info.col(fld))]
             if typ in ("TIMESTAMP", "DATE", "DATETIME"):
                 info.partition_column, info.partition_type = info.col(fld), typ
     return info
@@ -459,7 +465,7 @@ def freshness(client: bigquery.Client, info: TableInfo, month: Month, retry: Any
     row = rows[0] if rows else None
     out: dict[str, Any] = {"rows": int(row["line_count"] or 0) if row else 0}
     names = list(row.keys()) if row is not None else []  # a bigquery Row's `in` looks at values, not names
-    if "max_export_time" in names:
+    if row is not None and "max_export_time" in names:
         out["max_export_time"] = _ts_text(row["max_export_time"])
     elif row is not None:
         out["cost_total"] = row["cost_total"]
@@ -657,7 +663,7 @@ def pull(
     for m in plan.months:
         results.append(pull_month(
             client, info, m, cache, retry=retry, late_days=plan.late_days, max_bytes=plan.max_bytes, force=force,
-            dry_run=dry_run, on_start=(lambda n, m=m: on_start(m, n)) if on_start else None, progress=progress,
+            dry_run=dry_run, on_start=functools.partial(on_start, m) if on_start else None, progress=progress,
         ))
     return info, results
 
@@ -665,3 +671,133 @@ def pull(
 def ingest_paths(results: list[MonthResult]) -> list[Path]:
     """The month folders to hand to Store.ingest (downloaded or unchanged - re-ingesting is a no-op)."""
     return [r.path.parent for r in results if r.status in ("downloaded", "unchanged") and r.path.exists()]
+
+
+# -- `billing-audit pull gcp` (billing_audit.pulling.Puller) ---------------------------------------------------------
+HELP = """Query GCP billing export rows of an invoice month from BigQuery, cache them, ingest them.
+
+\b
+TABLE is the export table, PROJECT.DATASET.TABLE:
+  gcp_billing_export_v1_<ACCOUNT>           standard usage cost export
+  gcp_billing_export_resource_v1_<ACCOUNT>  detailed (resource-level) export
+  gcp_billing_export_focus_<ACCOUNT>        FOCUS table or view
+The kind is read from the table's schema.
+
+\b
+One parameterised query per month selects the rows as the export has them
+(nested service, sku, project, labels, credits arrays, ...), filtered by
+invoice.month = @invoice_month and by partition time - from 3 days before
+the month to --late-days (15) after it, since late usage, tax and
+adjustments are written after the month ends - so BigQuery bills a small
+scan.  The result streams into a parquet file under --cache
+(<project>/<dataset>/<table>/invoice_month=YYYYMM/), a full snapshot of the
+month that replaces it in the store.  A cheap COUNT(*)/MAX(export_time)
+query runs first: when the month has not changed since the last pull,
+nothing is downloaded (--force downloads anyway).  --dry-run only asks
+BigQuery how many bytes the queries would process.
+
+\b
+Authentication: Google application default credentials, in this order -
+GOOGLE_APPLICATION_CREDENTIALS (a service-account key file or other
+credential file), the gcloud user login (`gcloud auth
+application-default login`), or the service account attached to the GCE
+VM / GKE pod / Cloud Run service running the command.
+
+\b
+Permissions needed:
+  roles/bigquery.dataViewer on the export dataset or table
+      (bigquery.tables.get, bigquery.tables.getData)
+  roles/bigquery.jobUser on the project that runs the query, --project
+      (bigquery.jobs.create); it is billed for the bytes the query scans.
+
+\b
+Examples:
+  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --month 202610
+  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_resource_v1_01ABCD_23EF45_678901 \\
+      --month 202610 --project my-analytics-proj --max-bytes-billed 2000000000
+  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --month 202611 --dry-run
+"""
+
+
+class GcpOptions(BaseModel):
+    """The flags of `billing-audit pull gcp`, in --help order (the shared --db goes before --dry-run)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table: str = Field(description="The billing export table.", json_schema_extra={"metavar": "PROJECT.DATASET.TABLE"})
+    months: tuple[str, ...] = Field(description="Invoice month to pull; repeatable.",
+                                    json_schema_extra={"flag": "--month", "metavar": "YYYYMM"})
+    project: str | None = Field(None, description="Project that runs (and pays for) the query; default the table's project.",
+                                json_schema_extra={"metavar": "PROJECT"})
+    cache: str = Field("billing-audit-cache/gcp", description="Cache folder for the downloaded months.",
+                       json_schema_extra={"path": "dir"})
+    dry_run: bool = Field(False, description="Print the bytes the queries would process; download nothing.")
+    max_bytes: int | None = Field(None, ge=1, description="Refuse to run a query that would bill more than this (job maximum_bytes_billed).",
+                                  json_schema_extra={"flag": "--max-bytes-billed", "metavar": "BYTES"})
+    late_days: int = Field(LATE_DAYS, ge=0, le=120, description="Days after the month whose partitions are still searched for its late rows.")
+    force: bool = Field(False, description="Download the month even if it looks unchanged since the last pull.")
+    quiet: bool = Field(False, description="No progress bar or summary lines.", json_schema_extra={"flag": "-q/--quiet"})
+
+
+@dataclass
+class GcpPullPlan:
+    plan: PullPlan
+    force: bool = False
+    messages: list[pulling.Message] = field(default_factory=list)
+
+    def dry_run(self) -> pulling.DryRun:
+        _, results = pull(self.plan, dry_run=True, force=self.force)
+        return pulling.DryRun([line for r in results for line in r.lines])
+
+
+@dataclass
+class GcpFetched:
+    results: list[MonthResult]
+    messages: list[pulling.Message] = field(default_factory=list)
+    failed: bool = False
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return bool(ingest_paths(self.results))
+
+
+class GcpPuller:
+    name = "gcp"
+    title = "GCP"
+    example = "billing-audit pull gcp --table proj.billing.gcp_billing_export_v1_0123 --month 202610"
+    help = HELP
+    Options = GcpOptions
+    db_before = "dry_run"
+
+    def plan(self, options: GcpOptions) -> GcpPullPlan:
+        ref = parse_table(options.table, options.project)  # before any request
+        return GcpPullPlan(PullPlan(ref=ref, job_project=options.project or ref.project,
+                                    months=[parse_month(m) for m in dict.fromkeys(options.months)],
+                                    cache_root=Path(options.cache), late_days=options.late_days,
+                                    max_bytes=options.max_bytes), force=options.force)
+
+    def fetch(self, p: GcpPullPlan, progress: pulling.FetchProgress | None) -> GcpFetched:
+        on_start: Callable[[Month, int | None], None] | None = None
+        if progress is not None:
+            def on_start(month: Month, total: int | None) -> None:
+                progress.start(f"pull gcp {month.invoice_month}", total, "rows")
+
+        table, results = pull(p.plan, force=p.force, on_start=on_start, progress=progress.advance if progress else None)
+        said = []
+        for r in results:
+            if r.status == "downloaded":
+                processed = f", the query processed {r.bytes_processed:,} bytes" if r.bytes_processed is not None else ""
+                said.append(f"{r.month.invoice_month}: {r.rows:,} line(s) downloaded to {r.path} ({r.size:,} bytes{processed})")
+            elif r.status == "unchanged":
+                said.append(f"{r.month.invoice_month}: unchanged since the last pull ({r.rows:,} lines, last export "
+                            f"{r.fresh.get('max_export_time') or 'unknown'}): nothing downloaded")
+            elif r.status == "empty":
+                said.append(f"{r.month.invoice_month}: no rows for this invoice month in {table.ref.full}: nothing ingested")
+        return GcpFetched(results, [pulling.info(s) for s in said])
+
+    def ingest(self, store: Store, fetched: GcpFetched, progress: pulling.IngestProgress | None) -> IngestReport:
+        return store.ingest([str(p) for p in ingest_paths(fetched.results)], progress=progress)
+
+
+PULLER: pulling.Puller[GcpOptions, GcpPullPlan, GcpFetched] = GcpPuller()

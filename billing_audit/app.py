@@ -1,0 +1,478 @@
+"""The use cases: what each command does, as functions that return what they did (never print, never exit).
+
+The command line (:mod:`billing_audit.cli`) parses options, makes one call here and prints the result;
+a notebook or a script calls the same functions::
+
+    from billing_audit import app
+
+    report = app.ingest("audit.duckdb", ["exports/"])          # IngestReport
+    tagged = app.tag("audit.duckdb")                            # TagResult: hits per rule
+    result = app.report("audit.duckdb", period="2026-10")       # ReportResult: .report.jobs is a polars frame
+    written = app.audit("audit.duckdb", ["exports/"], "audit-2026-10")
+
+Each function opens the store for the time of the call.  Bad input raises
+:class:`~billing_audit.errors.BillingAuditError` (the CLI's exit code 2).  Heavy parts (report, HTML,
+engines, generators, pulls) are imported when called, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+import billing_audit
+from billing_audit.errors import BillingAuditError
+from billing_audit.pulling import DryRun, FetchProgress, Message, PullOptions
+from billing_audit.store import IngestReport, Progress
+
+if TYPE_CHECKING:
+    from billing_audit.config import Config
+    from billing_audit.engines import EngineOptions
+    from billing_audit.report import Report
+    from billing_audit.rules import Rule, RuleSet
+    from billing_audit.search import SearchResult
+
+_PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+
+
+def check_period(period: str | None) -> None:
+    """A billing month is YYYY-MM."""
+    if period is not None and not _PERIOD.fullmatch(period):
+        raise BillingAuditError(f"--period {period!r}: expected YYYY-MM, e.g. 2026-10")
+
+
+# -- the store ----------------------------------------------------------------------------------------------------
+def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None) -> IngestReport:
+    """Load export files or folders; ``progress(file, rows)`` is called after each file."""
+    with billing_audit.open(db) as store:
+        return store.ingest([str(p) for p in paths], progress=progress)
+
+
+def summary(db: str) -> pl.DataFrame:
+    """Lines and cost per provider, billing period and currency."""
+    with billing_audit.open(db) as store:
+        return store.summary()
+
+
+@dataclass
+class Explanation:
+    line: dict[str, Any]  # the canonical line item
+    hits: list[dict[str, Any]]  # rule_id, category, reason, run_id of every rule that matched it
+
+
+def explain(db: str, line_item_id: str) -> Explanation:
+    """One line item and every rule that matched it."""
+    with billing_audit.open(db) as store:
+        line, hits = store.explain(line_item_id)
+    return Explanation(line, hits)
+
+
+def lines_export(db: str, folder: str | Path, period: str | None = None) -> int:
+    """The store's canonical lines as partitioned parquet under ``folder``; the number of lines written."""
+    from billing_audit.engines import write_lines
+
+    check_period(period)
+    with billing_audit.open(db) as store:
+        return write_lines(store, Path(folder), period)
+
+
+# -- rules --------------------------------------------------------------------------------------------------------
+def load_rules(rule_dirs: Sequence[str | Path] = ()) -> RuleSet:
+    """The built-in pack plus the rules under ``rule_dirs``."""
+    from billing_audit.rules import load_rules as load
+
+    return load([Path(d) for d in rule_dirs])
+
+
+def rules_frame(rule_dirs: Sequence[str | Path] = ()) -> pl.DataFrame:
+    """Every loaded rule: id, name, category, severity, providers, title and source."""
+    ruleset = load_rules(rule_dirs)
+    return pl.DataFrame(
+        {
+            "id": [r.id for r in ruleset.rules],
+            "name": [r.name for r in ruleset.rules],
+            "category": [r.category for r in ruleset.rules],
+            "severity": [r.meta.severity for r in ruleset.rules],
+            "providers": [",".join(r.meta.providers) for r in ruleset.rules],
+            "title": [r.meta.title for r in ruleset.rules],
+            "source": ["built-in" if r.builtin else str(r.path) for r in ruleset.rules],
+        }
+    )
+
+
+def rule(rule_id: str, rule_dirs: Sequence[str | Path] = ()) -> Rule:
+    """One rule by id or name."""
+    return load_rules(rule_dirs).get(rule_id)
+
+
+def check_rules(rule_dirs: Sequence[str | Path] = ()) -> tuple[int, list[str]]:
+    """Check the rules (header, SQL safety, binding, case files): (failures, report lines)."""
+    from billing_audit.rulecases import check_rules as check
+
+    return check([Path(d) for d in rule_dirs])
+
+
+def parse_params(values: Sequence[str]) -> dict[str, str]:
+    """NAME=VALUE pairs (the CLI's repeatable --param)."""
+    out: dict[str, str] = {}
+    for v in values:
+        if "=" not in v:
+            raise BillingAuditError(f"--param {v!r}: expected NAME=VALUE")
+        k, _, val = v.partition("=")
+        out[k.strip()] = val
+    return out
+
+
+def typed_params(rules: Sequence[Rule], raw: dict[str, str]) -> dict[str, Any]:
+    """Each raw parameter converted to the type its rule declares; a name no selected rule has is an error."""
+    from billing_audit.rules import coerce_param
+
+    typed: dict[str, Any] = {}
+    for name, value in raw.items():
+        owner = next((r for r in rules if name in r.meta.params), None)
+        if owner is None:
+            raise BillingAuditError(f"--param {name}: no selected rule has a parameter called {name!r}")
+        typed[name] = coerce_param(owner, name, value)
+    return typed
+
+
+# -- engine runs --------------------------------------------------------------------------------------------------
+@dataclass
+class EngineRun:
+    """One stored run of an engine: what it read and what came back."""
+
+    run_id: int
+    engine: str
+    source: str
+    rows: int  # aggregate rows that came back
+    bytes_processed: int | None = None  # what the engine says it read, where it says
+    reused: bool = False  # an earlier run with the same source, period, basis, config and rules
+
+
+def engine_run(store: Any, run_id: int, reused: bool = False) -> EngineRun:
+    """The stored run ``run_id``."""
+    row = store.con.execute(
+        "SELECT r.engine, r.source, r.bytes_processed, (SELECT count(*) FROM engine_results e WHERE e.run_id = r.run_id) "
+        "FROM engine_runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    engine, source, scanned, n = row
+    return EngineRun(run_id, engine, source, int(n), scanned, reused)
+
+
+def engine_rule_counts(store: Any, run_id: int) -> dict[str, int]:
+    """Lines each rule matched in engine run ``run_id``."""
+    rows = store.con.execute("SELECT rule_id, n FROM engine_results WHERE run_id = ? AND kind = 'rule'", [run_id]).fetchall()
+    return {str(rid): int(n) for rid, n in rows}
+
+
+# -- tag ----------------------------------------------------------------------------------------------------------
+@dataclass
+class TagResult:
+    engine: str  # "duckdb": tagged in the store (rule_hits); otherwise the rules ran on that engine
+    run_id: int  # the tag run, or the engine run
+    rules: list[Rule]  # the rules that ran
+    rows: list[tuple[Rule, int]]  # (rule, lines it matched), in report order
+    hits: int
+    scans: int | None = None  # local: scans of line_items
+    engine_run: EngineRun | None = None
+
+
+def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
+        params: Sequence[str] | dict[str, str] = (), config_path: str | None = None, period: str | None = None,
+        engine: str = "duckdb", engine_options: EngineOptions | None = None) -> TagResult:
+    """Run the rules over the store (hits in rule_hits), or on ``engine`` (hit counts and aggregates come back).
+
+    ``params`` are NAME=VALUE strings (or a dict), converted to the types the rules declare.
+    """
+    from billing_audit.config import load_config
+
+    ruleset = load_rules(rule_dirs)
+    chosen = ruleset.select(list(select), list(exclude))
+    raw = dict(params) if isinstance(params, dict) else parse_params(params)
+    typed = typed_params(chosen, raw)
+    cfg = load_config(config_path)
+    check_period(period)
+    if engine == "duckdb" and period:
+        raise BillingAuditError("--period: local tagging covers every line in the store; --period is for --engine "
+                                "spark, bigquery or athena")
+    if engine != "duckdb":  # the rules (and the aggregation) run on the engine; hit counts come back
+        from billing_audit.engines import run_engine
+        from billing_audit.store import checkpoint_params
+
+        checkpoint = cfg.checkpoint_settings()
+        merged = {**checkpoint_params(chosen, checkpoint), **typed}
+        with billing_audit.open(db) as store:
+            run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
+                                checkpoint, options=engine_options)
+            run = engine_run(store, run_id)
+            counts = engine_rule_counts(store, run_id)
+        return TagResult(engine, run_id, chosen, [(r, counts.get(r.id, 0)) for r in chosen], sum(counts.values()),
+                         engine_run=run)
+    with billing_audit.open(db) as store:
+        result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
+    by_id = {r.id: r for r in chosen}
+    rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
+    return TagResult(engine, result.run_id, chosen, rows, int(result.hits), scans=result.scans)
+
+
+# -- report and export --------------------------------------------------------------------------------------------
+@dataclass
+class ReportResult:
+    report: Report
+    engine_run: EngineRun | None = None  # the engine run the report reads, when not duckdb
+
+
+def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engine: str,
+                   options: EngineOptions | None, reuse: bool) -> ReportResult:
+    """The report with the work done on ``engine``: the latest matching engine run when ``reuse``, else a new one."""
+    from billing_audit.engines import expected_source, options_from_flat, pipeline, run_engine
+    from billing_audit.report import build_report
+    from billing_audit.rules import load_rules as load
+    from billing_audit.store import checkpoint_params
+
+    opts = options or options_from_flat(engine)
+    rules = load().rules
+    checkpoint = cfg.checkpoint_settings()
+    params = checkpoint_params(rules, checkpoint)
+    source = expected_source(store, engine, opts)
+    run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params),
+                                 source) if reuse else None
+    reused = run_id is not None
+    if run_id is None:
+        run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint, options=opts)
+    run = engine_run(store, run_id, reused=reused)
+    return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id), run)
+
+
+def report(db: str, config_path: str | None = None, period: str | None = None, basis: str = "effective",
+           engine: str = "duckdb", engine_options: EngineOptions | None = None) -> ReportResult:
+    """Interruption overhead per job and team.  On another engine, an earlier run with the same source,
+    period, basis, config and rules is reused; otherwise the engine runs the rules and the aggregation."""
+    from billing_audit.config import load_config
+    from billing_audit.report import build_report
+
+    check_period(period)
+    cfg = load_config(config_path)
+    with billing_audit.open(db) as store:
+        if engine != "duckdb":
+            return _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
+        return ReportResult(build_report(store, cfg, period, basis))
+
+
+def export(db: str, out_file: str | Path, by: str = "team", fmt: str = "csv", config_path: str | None = None,
+           period: str | None = None, basis: str = "effective") -> pl.DataFrame:
+    """Write the finance file (per team or job, every billing period unless ``period``); returns its rows."""
+    from billing_audit import outputs
+    from billing_audit.config import load_config
+    from billing_audit.report import build_report, store_periods
+
+    check_period(period)
+    cfg = load_config(config_path)
+    with billing_audit.open(db) as store:
+        periods = [period] if period else store_periods(store)
+        reports = [build_report(store, cfg, p, basis) for p in periods]
+    df = outputs.export_frame(reports, by)
+    outputs.write_export(df, fmt, Path(out_file))
+    return df
+
+
+def render_report(report: Report, fmt: str) -> str:
+    """The report as text: json, csv (the job table), markdown, html or table (plain text of the rich tables)."""
+    import os
+
+    from billing_audit import outputs
+
+    if fmt == "json":
+        return outputs.report_json(report)
+    if fmt == "csv":
+        return outputs.csv_text(report.jobs.drop("reasons").with_columns(report.jobs["reasons"].list.join("; ").alias("reasons")))
+    if fmt == "markdown":
+        return outputs.markdown(report)
+    if fmt == "html":
+        from billing_audit.html import render_html
+
+        return render_html(report)
+    if fmt == "table":
+        from rich.console import Console
+
+        with open(os.devnull, "w") as devnull:
+            buf = Console(record=True, width=200, file=devnull)
+            buf.print(outputs.rich_table(report))
+            buf.print(outputs.rich_totals(report))
+            return buf.export_text()
+    raise BillingAuditError(f"--format {fmt!r}: expected table, json, csv, markdown or html")
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8), creating its folder."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+# -- audit --------------------------------------------------------------------------------------------------------
+AUDIT_FILES = ("report.html", "report.json", "jobs.csv", "teams.csv")
+
+
+@dataclass
+class AuditResult:
+    ingest: IngestReport
+    report: Report
+    folder: Path
+    files: list[Path] = field(default_factory=list)  # what was written, in AUDIT_FILES order
+    engine_run: EngineRun | None = None
+
+
+def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
+          period: str | None = None, basis: str = "effective", engine: str = "duckdb",
+          engine_options: EngineOptions | None = None, progress: Progress | None = None,
+          on_ingested: Callable[[IngestReport], None] | None = None) -> AuditResult:
+    """The monthly audit: ingest ``paths``, tag, report, and write report.html, report.json, jobs.csv and
+    teams.csv to ``out_dir``.  A file that fails to ingest is in ``result.ingest.errors``; the rest is audited.
+    ``on_ingested`` is called with the ingest's report before the tagging starts."""
+    from billing_audit import outputs
+    from billing_audit.config import load_config
+    from billing_audit.html import render_html
+    from billing_audit.report import build_report
+
+    check_period(period)
+    cfg = load_config(config_path)
+    ingested = ingest(db, paths, progress)
+    if on_ingested:
+        on_ingested(ingested)
+    run: EngineRun | None = None
+    with billing_audit.open(db) as store:
+        if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
+            res = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=False)
+            rep, run = res.report, res.engine_run
+        else:
+            store.tag(checkpoint=cfg.checkpoint_settings())
+            rep = build_report(store, cfg, period, basis)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
+    (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
+    jobs = rep.jobs.with_columns(rep.jobs["reasons"].list.join("; ").alias("reasons"))
+    with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
+        outputs.write_csv(jobs, f)
+    with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
+        outputs.write_csv(rep.teams, f)
+    return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run)
+
+
+# -- search -------------------------------------------------------------------------------------------------------
+@dataclass
+class SearchOutcome:
+    result: SearchResult
+    saved_rule: Path | None = None  # the rule file written (save_rule)
+    over: list[str] = field(default_factory=list)  # currencies whose matched total is above fail_above
+    threshold: Decimal | None = None
+
+
+def parse_amount(value: str | None) -> Decimal | None:
+    """The --fail-above amount."""
+    if value is None:
+        return None
+    try:
+        return Decimal(value)
+    except InvalidOperation:
+        raise BillingAuditError(f"--fail-above {value!r}: expected an amount such as 10 or 12.50") from None
+
+
+def search(db: str, query: str, *, period: str | None = None, since: date | None = None, provider: str | None = None,
+           limit: int | None = 50, lines: bool = False, exact: bool = False,
+           fail_above: str | Decimal | None = None) -> SearchOutcome:
+    """Search the bills for words (``limit=None``: every match, as :func:`save_search_rule` needs);
+    ``fail_above`` reports the currencies whose matched total is above it."""
+    from billing_audit.search import search as run_search
+
+    check_period(period)
+    threshold = fail_above if isinstance(fail_above, Decimal) else parse_amount(fail_above)
+    with billing_audit.open(db) as store:
+        result = run_search(store, query, exact=exact, period=period, since=since, provider=provider,
+                            limit=limit, lines=lines)
+    return SearchOutcome(result, threshold=threshold, over=result.over(threshold) if threshold is not None else [])
+
+
+def save_search_rule(outcome: SearchOutcome, save_rule: str | Path, rule_id: str | None = None,
+                     category: str = "custom") -> Path:
+    """Write the rule file that tags exactly the lines ``outcome`` found; its id from ``rule_id`` or the file name."""
+    from billing_audit.search import rule_text
+
+    path = Path(save_rule)
+    rid = rule_id or (m.group(0) if (m := re.match(r"[A-Z]{2,5}[0-9]{3,4}", path.name)) else None)
+    if not rid:
+        raise BillingAuditError(f"--save-rule {save_rule}: name the file after a rule id (e.g. SR100_spot_restart.sql) "
+                                "or give --rule-id")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(rule_text(outcome.result, rid, category), encoding="utf-8")
+    outcome.saved_rule = path
+    return path
+
+
+# -- generate -----------------------------------------------------------------------------------------------------
+@dataclass
+class Generated:
+    provider: str
+    rows: int
+    folder: str
+    files: list[Path]
+    seconds: float
+
+    @property
+    def size(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+def generate(provider: str, rows: int, out_dir: str, seed: int = 0, rows_per_file: int | None = None) -> Generated:
+    """Write a synthetic month of ``provider``'s export (only that provider's generator is loaded)."""
+    import time
+
+    from billing_audit.generate import generate as run
+
+    started = time.perf_counter()
+    files = run(provider, rows, out_dir, seed=seed, rows_per_file=rows_per_file)
+    return Generated(provider, rows, out_dir, files, time.perf_counter() - started)
+
+
+# -- pull ---------------------------------------------------------------------------------------------------------
+@dataclass
+class PullResult:
+    dry_run: DryRun | None = None  # with options.dry_run: what would be fetched (nothing was)
+    ingest: IngestReport | None = None  # what the ingest of the fetched files did (None: nothing to ingest)
+    failed: bool = False  # a delivery could not be fetched, or a file not ingested: exit 2
+    error: str | None = None  # the error the pull ends with, after the ingest
+
+
+def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message], None] | None = None,
+         progress: FetchProgress | None = None, ingest_progress: Progress | None = None) -> PullResult:
+    """Fetch what changed from connector ``source`` (its ``PULLER.Options``), then ingest it into ``db``.
+
+    ``say`` gets the connector's messages as they come (after planning, after fetching); ``progress``
+    draws the download, ``ingest_progress(file, rows)`` the ingest.  The store is opened only when
+    there is something to ingest."""
+    from billing_audit.pulling import puller
+
+    tell = say or (lambda m: None)
+    p = puller(source)
+    plan = p.plan(options)
+    for m in plan.messages:
+        tell(m)
+    if options.dry_run:
+        return PullResult(dry_run=plan.dry_run())
+    fetched = p.fetch(plan, progress)
+    for m in fetched.messages:
+        tell(m)
+    report = None
+    if fetched.ready:
+        with billing_audit.open(db) as store:
+            report = p.ingest(store, fetched, ingest_progress)
+    return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
+                      error=fetched.error)

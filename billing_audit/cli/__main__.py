@@ -1,0 +1,5 @@
+"""``python -m billing_audit.cli``."""
+
+from billing_audit.cli import main
+
+main()

@@ -1,0 +1,158 @@
+"""What the commands print: the two consoles, tables of frames, the ingest summary, the report, progress bars."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from billing_audit.store import IngestReport
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from billing_audit.app import EngineRun
+    from billing_audit.report import Report
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 220)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(text: str) -> None:
+    """One plain line on stderr (no markup)."""
+    err.print(text, markup=False)
+
+
+def print_frame(df: pl.DataFrame, title: str, fmt: str) -> None:
+    """A frame as CSV, JSON or a rich table on stdout."""
+    if fmt == "csv":
+        click.echo(df.write_csv(), nl=False)
+        return
+    if fmt == "json":
+        click.echo(df.write_json())
+        return
+    table = Table(title=title, show_lines=False)
+    for c in df.columns:
+        table.add_column(c, justify="right" if df[c].dtype.is_numeric() else "left")
+    for row in df.iter_rows():
+        table.add_row(*("" if v is None else f"{v:,.2f}" if hasattr(v, "as_tuple") else str(v) for v in row))
+    out.print(table)
+
+
+def print_ingest(report: IngestReport, quiet: bool) -> None:
+    """Each failed file, then one summary line (unless quiet and nothing failed)."""
+    for e in report.errors:
+        say(f"error: {e}")
+    if quiet and not report.errors:
+        return
+    parts = [f"{report.count('ingested')} file(s) ingested ({report.rows:,} lines)"]
+    if report.count("unchanged"):
+        parts.append(f"{report.count('unchanged')} unchanged")
+    if report.count("superseded"):
+        parts.append(f"{report.count('superseded')} superseded by a newer delivery")
+    if report.replaced_rows:
+        parts.append(f"{report.replaced_rows:,} lines of older deliveries replaced")
+    if report.failed:
+        parts.append(f"{report.failed} file(s) failed")
+    say(", ".join(parts))
+
+
+def print_run(run: EngineRun) -> None:
+    """Which engine run a result comes from: reused, or what came back and what it read."""
+    if run.reused:
+        say(f"using {run.engine} run {run.run_id} (same source, period, basis, config and rules)")
+        return
+    read = f"; it processed {run.bytes_processed:,} bytes" if run.bytes_processed is not None else ""
+    say(f"{run.engine} run {run.run_id} over {run.source}: {run.rows:,} aggregate rows came back{read}")
+
+
+def print_report(report: Report) -> None:
+    """Warnings on stderr, the job table and the totals on stdout."""
+    from billing_audit import outputs
+
+    for w in report.warnings:
+        say(f"warning: {w}")
+    out.print(outputs.rich_table(report))
+    out.print(outputs.rich_totals(report))
+
+
+class Bars:
+    """Progress bars on stderr, one rich display at a time: ingest (files and rows), a download (bytes) or a
+    query result (rows).  Switching kind, or saying a line, closes the current bar first (bars are transient)."""
+
+    def __init__(self, label: str = "") -> None:
+        self.label = label
+        self._bar: Progress | None = None
+        self._kind = ""
+        self._task: Any = None
+        self._rows = 0
+
+    def __enter__(self) -> Bars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        self._bar, self._kind, self._task = None, "", None
+
+    def say(self, text: str) -> None:
+        self.stop()
+        say(text)
+
+    def _open(self, kind: str) -> Progress:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
+
+        if self._bar is not None and self._kind == kind:
+            return self._bar
+        self.stop()
+        columns: list[Any]
+        if kind == "ingest":
+            columns = [TextColumn("[bold]ingest"), BarColumn(),
+                       TextColumn("{task.fields[rows]:,} rows · {task.fields[file]}"), TimeElapsedColumn()]
+        elif kind == "bytes":
+            columns = [TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                       TextColumn("{task.fields[detail]}")]
+        else:
+            columns = [TextColumn("[bold]{task.description}"), BarColumn(),
+                       TextColumn("{task.completed:,.0f}{task.fields[of]} rows"), TimeElapsedColumn()]
+        self._bar = Progress(*columns, console=err, transient=True)
+        self._bar.start()
+        self._kind = kind
+        return self._bar
+
+    # the ingest's progress(file, rows)
+    def ingest(self, file: str, rows: int) -> None:
+        if self._kind != "ingest":
+            bar = self._open("ingest")
+            self._rows = 0
+            self._task = bar.add_task("ingest", total=None, rows=0, file="")
+        assert self._bar is not None
+        self._rows += rows
+        self._bar.update(self._task, advance=1, rows=self._rows, file=file[-60:])
+
+    # a pull's fetch progress (billing_audit.pulling.FetchProgress)
+    def start(self, label: str, total: int | None, unit: str = "bytes") -> None:
+        bar = self._open("bytes" if unit == "bytes" else "rows")
+        self._task = bar.add_task(label, total=total or None, detail="", of=f"/{total:,}" if total else "")
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, advance=n)
+
+    def detail(self, text: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, detail=text[-60:])

@@ -1,0 +1,36 @@
+"""`billing-audit explain`."""
+
+from __future__ import annotations
+
+import click
+
+from billing_audit import app
+from billing_audit.cli.options import db_option, handle_errors
+
+SHOWN = ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAccountId", "ChargePeriodStart",
+         "BilledCost", "EffectiveCost", "ListCost", "BillingCurrency", "PricingCategory", "Tags")
+
+
+@click.command()
+@click.argument("line_item_id")
+@db_option
+@handle_errors
+def explain(line_item_id: str, db: str) -> None:
+    """Show one line item, every rule that matched it and why, and where it came from.
+
+    \b
+    Example:
+      billing-audit explain aws-1b57f7bf1241-7
+    """
+    found = app.explain(db, line_item_id)
+    line = found.line
+    click.echo(f"{line_item_id}: {line.get('x_SourceFile')} row {line.get('x_SourceRow')} ({line.get('x_SourceFormat')})")
+    for key in SHOWN:
+        click.echo(f"  {key:<18} {line.get(key)}")
+    if not found.hits:
+        click.echo("no rule matched this line (run `billing-audit tag` after ingesting)")
+    for h in found.hits:
+        click.echo(f"  matched {h['rule_id']} [{h['category']}]: {h['reason']}")
+
+
+COMMANDS = (explain,)

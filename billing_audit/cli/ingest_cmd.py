@@ -1,0 +1,50 @@
+"""`billing-audit ingest`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from billing_audit import app
+from billing_audit.cli.console import Bars, err, print_ingest
+from billing_audit.cli.options import db_option, handle_errors, quiet_option
+from billing_audit.formats import describe_formats
+
+HELP = f"""Load billing export files or folders into the store.
+
+Each file's format is recognised from its own header or schema:
+
+\b
+{describe_formats()}
+
+\b
+Folders are searched recursively.  Manifests (AWS *-Manifest.json, Azure
+manifest.json/_manifest.json) group files into deliveries; without one, the
+data files of a folder are one delivery.  A delivery replaces any older
+delivery of the same provider, billing account and billing period, so
+ingesting every snapshot of a month counts the month once; re-ingesting an
+unchanged delivery does nothing.  A bad file is reported with its row and
+column, lands nothing, and the other files still load (exit code 2).
+
+\b
+Examples:
+  billing-audit ingest cur/my-report/year=2026/month=10/
+  billing-audit --debug ingest export.csv.gz --db audit.duckdb
+"""
+
+
+@click.command(help=HELP)
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@quiet_option("No progress bar or summary line.")
+@handle_errors
+def ingest(paths: tuple[str, ...], db: str, quiet: bool) -> None:
+    with Bars() as bars:
+        report = app.ingest(db, paths, progress=bars.ingest if not quiet and err.is_terminal else None)
+    print_ingest(report, quiet)
+    if report.failed:
+        sys.exit(2)
+
+
+COMMANDS = (ingest,)

@@ -1,0 +1,226 @@
+"""The options several commands share, as decorators; the error handler; options from a pydantic model."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+import duckdb
+
+from billing_audit.cli.console import say
+from billing_audit.errors import BillingAuditError
+from billing_audit.store import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from billing_audit.engines import EngineOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(f: F) -> F:
+    """A BillingAuditError (or an I/O failure) becomes one line on stderr and its exit code; --debug re-raises."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        try:
+            return f(*args, **kwargs)
+        except BillingAuditError as e:
+            if ctx.find_root().params.get("debug"):
+                raise
+            say(f"error: {e}")
+            sys.exit(e.exit_code)
+        except (OSError, duckdb.Error) as e:  # disk full, permissions, a vanished file
+            io_like = isinstance(e, (OSError, duckdb.IOException)) or any(
+                w in str(e) for w in ("Could not write", "No space left", "File too large", "IO Error"))
+            if ctx.find_root().params.get("debug") or not io_like:
+                raise
+            where = f"{e.filename}: " if isinstance(e, OSError) and e.filename else ""
+            say(f"error: {where}{e.strerror if isinstance(e, OSError) and e.strerror else e}")
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        envvar="BILLING_AUDIT_DB",
+        default=DEFAULT_DB,
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="Store file (env BILLING_AUDIT_DB).",
+    )(f)
+
+
+def format_option(*choices: str, default: str | None = None) -> Callable[[F], F]:
+    """--format: one of ``choices`` (default the first)."""
+    return click.option("--format", "fmt", type=click.Choice(list(choices)), default=default or choices[0],
+                        show_default=True)
+
+
+def period_option(help: str = "Only this billing month.") -> Callable[[F], F]:  # noqa: A002
+    return click.option("--period", metavar="YYYY-MM", help=help)
+
+
+def config_option(help: str = "Config file (default: ./billing-audit.toml when present).") -> Callable[[F], F]:  # noqa: A002
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False), help=help)
+
+
+def quiet_option(help: str) -> Callable[[F], F]:  # noqa: A002
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+def rules_option(f: F) -> F:
+    return click.option(
+        "--rules",
+        "rule_dirs",
+        multiple=True,
+        type=click.Path(),
+        help="Folder (or file) of extra rules; repeatable.  The built-in pack is always loaded.",
+    )(f)
+
+
+basis_option = click.option(
+    "--cost-basis", type=click.Choice(["effective", "billed", "list"]), default="effective", show_default=True,
+    help="Which cost the money columns use (the on-demand equivalent is always list cost).",
+)
+
+
+# -- engines ------------------------------------------------------------------------------------------------------
+ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "bq_table", "bq_project", "bq_endpoint",
+                  "max_bytes_billed", "athena_table", "athena_kind", "athena_workgroup", "athena_output",
+                  "aws_profile", "aws_region", "aws_endpoint")
+
+
+def engine_names() -> list[str]:
+    """The engines' names from their entry points (no engine module is imported)."""
+    from billing_audit.engines import names
+
+    return ["duckdb", *(n for n in names() if n != "duckdb")]
+
+
+def engine_options(f: Any) -> Any:
+    """--engine and its settings: where rules, attribution and aggregation run (README: Scaling out).
+    The command receives them as one `engine_opts` dict.  The flags are the engines' own option models'
+    (``engines.option_specs()``, which imports every engine); they are written out here so that a command
+    starts without importing any engine, and tests/test_engine_interface.py holds the two equal."""
+    opts = [
+        click.option("--engine", type=click.Choice(engine_names()), default="duckdb",
+                     show_default=True, help="Where the heavy work runs; only aggregates come back into the store."),
+        click.option("--spark-master", default="local[*]", show_default=True, help="Spark: the master URL."),
+        click.option("--spark-lines", metavar="PATH|TABLE",
+                     help="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
+                          "lines, written next to it as by `billing-audit lines-export`)."),
+        click.option("--bq-table", metavar="PROJECT.DATASET.TABLE", help="BigQuery: the GCP billing export table."),
+        click.option("--bq-project", help="BigQuery: the project that runs the query (default: the table's)."),
+        click.option("--bq-endpoint", metavar="URL", help="BigQuery: another API endpoint (tests, proxies)."),
+        click.option("--max-bytes-billed", type=click.IntRange(min=1), metavar="BYTES",
+                     help="BigQuery: refuse (after a dry run) to process more than this."),
+        click.option("--athena-table", metavar="DATABASE.TABLE", help="Athena: the CUR 2.0 or FOCUS Glue table."),
+        click.option("--athena-kind", type=click.Choice(["cur2", "focus"]), default="cur2", show_default=True,
+                     help="Athena: what the Glue table holds."),
+        click.option("--athena-workgroup", default="primary", show_default=True, help="Athena: the workgroup."),
+        click.option("--athena-output", metavar="S3_URL", help="Athena: result location (default: the workgroup's)."),
+        click.option("--aws-profile", help="Athena: AWS profile."),
+        click.option("--aws-region", help="Athena: AWS region."),
+        click.option("--aws-endpoint", metavar="URL", help="Athena: another endpoint (tests, VPC endpoints)."),
+    ]
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["engine_opts"] = {k: kwargs.pop(k) for k in ENGINE_OPTIONS}
+        return f(*args, **kwargs)
+
+    for o in reversed(opts):
+        wrapper = o(wrapper)
+    return wrapper
+
+
+def engine_settings(engine_opts: dict[str, Any]) -> tuple[str, EngineOptions | None]:
+    """(engine, its options) from the `engine_opts` dict; no options (nothing imported) for duckdb."""
+    engine = str(engine_opts["engine"])
+    if engine == "duckdb":
+        return engine, None
+    from billing_audit.engines import options_from_flat
+
+    return engine, options_from_flat(engine, engine_opts)
+
+
+# -- connectors ---------------------------------------------------------------------------------------------------
+class ConnectorChoice(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """One of the connectors that have a given part, looked up when the value is checked or help is shown."""
+
+    name = "connector"
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def choices(self) -> tuple[str, ...]:
+        from billing_audit.registry import with_part
+
+        return with_part(self.part)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(self.choices()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value in self.choices():
+            return str(value)
+        self.fail(f"{value!r} is not one of {', '.join(map(repr, self.choices()))}.", param, ctx)
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def model_options(model: type[BaseModel], shared: dict[str, Decorator] | None = None) -> Decorator:
+    """One click option per field of a pydantic model, in field order: the flag names, metavar, envvar and
+    click type come from the field's ``json_schema_extra`` (``flag``: "--bucket" or "-q/--quiet", ``metavar``,
+    ``envvar``, ``show_envvar``, ``path``: "dir"), the help from its description, the default from its default;
+    a tuple field is a repeatable option, a bool one a flag, an int with ge/le bounds an IntRange.
+    ``shared`` maps a field name to an option decorator placed just before that field's (e.g. --db)."""
+    import annotated_types
+    from pydantic_core import PydanticUndefined
+
+    shared = shared or {}
+    decorators: list[Decorator] = []
+    for name, info in model.model_fields.items():
+        if name in shared:
+            decorators.append(shared[name])
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        flags = str(extra.get("flag") or "--" + name.replace("_", "-")).split("/")
+        kw: dict[str, Any] = {"help": info.description}
+        ann = info.annotation
+        origin = getattr(ann, "__origin__", None)
+        if info.default is PydanticUndefined and info.default_factory is None:
+            kw["required"] = True
+        elif info.default is not None and info.default != ():
+            kw["default"] = info.default
+            kw["show_default"] = not isinstance(info.default, bool)
+        if ann is bool:
+            kw["is_flag"] = True
+        elif origin is tuple:
+            kw["multiple"] = True
+        elif extra.get("path") == "dir":
+            kw["type"] = click.Path(file_okay=False)
+        elif ann is int or ann == (int | None):
+            lo = next((int(str(m.ge)) for m in info.metadata if isinstance(m, annotated_types.Ge)), None)
+            hi = next((int(str(m.le)) for m in info.metadata if isinstance(m, annotated_types.Le)), None)
+            kw["type"] = click.IntRange(min=lo, max=hi) if lo is not None or hi is not None else int
+        for key in ("metavar", "envvar", "show_envvar"):
+            if key in extra:
+                kw[key] = extra[key]
+        decorators.append(click.option(*flags, name, **kw))
+
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply

@@ -1,0 +1,102 @@
+"""`billing-audit pull <name>`: one subcommand per connector with a ``pull`` part, built from its puller.
+
+The group names no provider: ``billing_audit.pulling`` lists the connectors that can pull, and each
+subcommand's help and flags come from that connector's ``PULLER`` (its ``help`` and ``Options`` model),
+loaded when the subcommand is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import click
+
+from billing_audit import app, pulling
+from billing_audit.cli.console import Bars, err, print_ingest
+from billing_audit.cli.options import db_option, handle_errors, model_options
+from billing_audit.errors import BillingAuditError
+
+GROUP_HELP = """Fetch what changed since the last pull from {titles}, then ingest it.
+
+Downloads go to a cache folder (--cache, default ./billing-audit-cache/<provider>)
+that keeps each object under its remote key; only the newest delivery of each
+billing period is fetched, unchanged objects are skipped, partial downloads
+resume.  --dry-run lists what would be fetched and its size.
+
+\b
+Examples:
+{examples}
+"""
+
+
+@functools.cache
+def group_help() -> str:
+    """The group's help, from every puller's title and first example."""
+    pullers = [pulling.puller(n) for n in pulling.names()]
+    titles = [p.title for p in pullers]
+    joined = ", ".join(titles[:-1]) + " or " + titles[-1] if len(titles) > 1 else "".join(titles)
+    return GROUP_HELP.format(titles=joined, examples="\n".join(f"  {p.example}" for p in pullers))
+
+
+def build(name: str) -> click.Command:
+    """`pull <name>`: the puller's help, its Options fields as flags (the shared --db where it says), one app call."""
+    puller = pulling.puller(name)
+
+    @click.command(name, help=puller.help)
+    @model_options(puller.Options, shared={puller.db_before: db_option})
+    @handle_errors
+    def command(db: str, **values: Any) -> None:
+        options = puller.Options(**values)
+        quiet = bool(options.quiet)
+        show = not quiet and err.is_terminal
+        with Bars() as bars:
+            def tell(m: pulling.Message) -> None:
+                if m.level != "info" or not quiet:
+                    bars.say(str(m))
+
+            result = app.pull(name, options, db, say=tell, progress=bars if show else None,
+                              ingest_progress=bars.ingest if show else None)
+        if result.dry_run is not None:
+            for line in result.dry_run.lines:
+                click.echo(line)
+            for m in result.dry_run.messages:
+                tell(m)
+            if result.dry_run.failed:
+                sys.exit(2)
+            return
+        if result.ingest is not None:
+            print_ingest(result.ingest, quiet)
+        if result.error:
+            raise BillingAuditError(result.error)
+        if result.failed:
+            sys.exit(2)
+
+    return command
+
+
+class PullGroup(click.Group):
+    """The connectors that can pull, listed without importing them; a subcommand is built when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(pulling.names())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return build(name) if name in pulling.names() else None
+
+    @property
+    def help(self) -> str:
+        return group_help()
+
+    @help.setter
+    def help(self, value: str | None) -> None:  # click sets it in __init__; the text comes from the pullers
+        pass
+
+
+@click.group(cls=PullGroup)
+def pull() -> None:
+    """Fetch from the clouds, then ingest (the help comes from the pullers: :func:`group_help`)."""
+
+
+COMMANDS = (pull,)

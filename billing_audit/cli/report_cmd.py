@@ -1,0 +1,130 @@
+"""`billing-audit report`, `export` and `audit`: what the store says about interruptions, as tables and files."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from billing_audit import app
+from billing_audit.cli.console import Bars, err, print_ingest, print_report, print_run, say
+from billing_audit.cli.options import (
+    basis_option,
+    config_option,
+    db_option,
+    engine_options,
+    engine_settings,
+    format_option,
+    handle_errors,
+    period_option,
+    quiet_option,
+)
+from billing_audit.store import IngestReport
+
+
+@click.command()
+@db_option
+@config_option()
+@period_option()
+@format_option("table", "json", "csv", "markdown", "html")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@basis_option
+@engine_options
+@handle_errors
+def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
+           engine_opts: dict[str, Any]) -> None:
+    """Interruption overhead per training job and team, biggest overhead first.
+
+    Reads the store and the rule hits (run `billing-audit tag` first).
+
+    \b
+    Examples:
+      billing-audit report --period 2026-10
+      billing-audit report --format json --out report.json
+      billing-audit report --format html --out report.html --cost-basis billed
+      billing-audit report --engine spark --spark-master spark://head:7077
+    """
+    engine, options = engine_settings(engine_opts)
+    result = app.report(db, config_path, period, cost_basis, engine, options)
+    if result.engine_run is not None:
+        print_run(result.engine_run)
+    if fmt == "table" and out_file is None:
+        print_report(result.report)
+        return
+    text = app.render_report(result.report, fmt)
+    if out_file:
+        app.write_text(out_file, text)
+        say(f"wrote {out_file}")
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@db_option
+@config_option()
+@period_option()
+@click.option("--by", type=click.Choice(["team", "job"]), default="team", show_default=True)
+@format_option("csv", "parquet", "json")
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="File to write.")
+@basis_option
+@handle_errors
+def export(db: str, config_path: str | None, period: str | None, by: str, fmt: str, out_file: str,
+           cost_basis: str) -> None:
+    """The finance file: per-team (or per-job) interruption surcharges.
+
+    One row per billing period x team (or job) x currency with every component and
+    the total.  CSV is plain RFC 4180; text cells that start with = + - @ are
+    prefixed with ' so a tag value cannot become a spreadsheet formula.
+
+    \b
+    Examples:
+      billing-audit export --by team --format csv --out surcharges-2026-10.csv --period 2026-10
+      billing-audit export --by job --format parquet --out jobs.parquet
+    """
+    df = app.export(db, out_file, by, fmt, config_path, period, cost_basis)
+    say(f"wrote {out_file} ({df.height} rows)")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@config_option()
+@period_option()
+@click.option("--out", "out_dir", default="audit-report", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for report.html, report.json, jobs.csv and teams.csv.")
+@basis_option
+@quiet_option("No progress bar or table.")
+@engine_options
+@handle_errors
+def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
+          cost_basis: str, quiet: bool, engine_opts: dict[str, Any]) -> None:
+    """The monthly audit in one command: ingest PATHS, tag, report.
+
+    Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
+    the job table.  Exits 2 if a file failed to ingest (the rest is still audited).
+
+    \b
+    Examples:
+      billing-audit audit fixtures/ --db demo.duckdb --out demo-report
+      billing-audit audit exports/2026-10/ --period 2026-10 --config billing-audit.toml
+      billing-audit audit fixtures/ --engine spark --out spark-report
+    """
+    engine, options = engine_settings(engine_opts)
+    with Bars() as bars:
+        def ingested(r: IngestReport) -> None:
+            bars.stop()
+            print_ingest(r, quiet)
+
+        result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
+                           progress=bars.ingest if not quiet and err.is_terminal else None, on_ingested=ingested)
+    if result.engine_run is not None:
+        print_run(result.engine_run)
+    if not quiet:
+        print_report(result.report)
+    say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
+    if result.ingest.failed:
+        sys.exit(2)
+
+
+COMMANDS = (report, export, audit)

@@ -1,0 +1,79 @@
+"""`billing-audit search`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+
+import click
+
+from billing_audit import app
+from billing_audit.cli.console import print_frame, say
+from billing_audit.cli.options import db_option, format_option, handle_errors, period_option
+
+
+@click.command()
+@click.argument("query")
+@db_option
+@period_option()
+@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), help="Only usage on or after this date (YYYY-MM-DD).")
+@click.option("--provider", type=click.Choice(["aws", "azure", "gcp"]), help="Only this provider.")
+@format_option("table", "json", "csv")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
+@click.option("--lines", "show_lines", is_flag=True, help="List the line items (id, source file and row), not groups.")
+@click.option("--exact", is_flag=True, help="Match the words as typed, without word families.")
+@click.option("--fail-above", type=str, metavar="AMOUNT",
+              help="Exit 1 when the matched total in any currency is above AMOUNT.")
+@click.option("--save-rule", type=click.Path(dir_okay=False), metavar="FILE.sql",
+              help="Write a rule file that tags exactly the lines found.")
+@click.option("--rule-id", help="Id of the saved rule (default: the start of FILE's name, e.g. SR100_x.sql).")
+@click.option("--category", default="custom", show_default=True, help="Category of the saved rule.")
+@handle_errors
+def search(query: str, db: str, period: str | None, since: datetime | None, provider: str | None, fmt: str, limit: int,
+           show_lines: bool, exact: bool, fail_above: str | None, save_rule: str | None, rule_id: str | None,
+           category: str) -> None:
+    """Search the bills for words, e.g. whether you are charged per restart.
+
+    Searches descriptions, usage types, operations, meters, services and resource
+    names, case- and accent-insensitively; every word must match.  Word families
+    make a word mean the same across providers (--exact turns them off):
+    interrupt ~ interruption ~ evict ~ eviction ~ preempt ~ preemption ~ preemptible ~ reclaim;
+    restart ~ recovery ~ relaunch ~ resume ~ "preemption overhead";
+    spot ~ preemptible ~ low priority.
+
+    \b
+    Examples:
+      billing-audit search "spot restart"
+      billing-audit search interrupt --provider azure --period 2026-10 --format json
+      billing-audit search "spot restart" --fail-above 10 --format json   # daily automation
+      billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
+    """
+    from billing_audit import outputs
+
+    found = app.search(db, query, period=period, since=since.date() if since else None, provider=provider,
+                       limit=None if save_rule else limit, lines=show_lines, exact=exact, fail_above=fail_above)
+    result = found.result
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    elif fmt == "csv":
+        df = result.lines if show_lines and result.lines is not None else result.groups
+        df = df.with_columns(df["accounts"].list.join(";")) if "accounts" in df.columns else df
+        click.echo(outputs.csv_text(df), nl=False)
+    else:
+        terms = "; ".join(f"{w}: {' | '.join(alts)}" for w, alts in result.terms)
+        say(f"searching for every word of {query!r} ({terms})")
+        if show_lines and result.lines is not None:
+            print_frame(result.lines, "matching line items", "table")
+        else:
+            print_frame(result.groups.with_columns(result.groups["accounts"].list.join(", ")), "matches", "table")
+        print_frame(result.totals, "totals per currency", "table")
+    if save_rule:
+        path = app.save_search_rule(found, save_rule, rule_id, category)
+        say(f"wrote {path}: `billing-audit rules test --rules {path.parent}` checks it")
+    if found.over:
+        say(f"matched total above {found.threshold} in {', '.join(found.over)}")
+        sys.exit(1)
+
+
+COMMANDS = (search,)

@@ -1,0 +1,69 @@
+"""`billing-audit tag`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from billing_audit import app
+from billing_audit.cli.console import out, print_run, say
+from billing_audit.cli.options import (
+    config_option,
+    db_option,
+    engine_options,
+    engine_settings,
+    handle_errors,
+    period_option,
+    quiet_option,
+    rules_option,
+)
+
+
+@click.command()
+@db_option
+@rules_option
+@click.option("--select", "select", multiple=True, help="Run only rules with this id, name or category; repeatable.")
+@click.option("--exclude", "exclude", multiple=True, help="Skip rules with this id, name or category; repeatable.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Set a rule parameter; repeatable.")
+@config_option("Config file (checkpoint tags and storage); default ./billing-audit.toml when present.")
+@quiet_option("No summary line.")
+@period_option("Other engines: only this billing month (BigQuery and Athena need it).")
+@engine_options
+@handle_errors
+def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
+        params: tuple[str, ...], config_path: str | None, quiet: bool, period: str | None,
+        engine_opts: dict[str, Any]) -> None:
+    """Run the rules over the store and record what they match in rule_hits.
+
+    Re-tagging replaces the earlier hits of the rules that run: never duplicates.
+
+    \b
+    Examples:
+      billing-audit tag                                  # the built-in pack
+      billing-audit tag --select restart_fee             # one category
+      billing-audit tag --rules team-rules/ --param min_cost=0.01
+      billing-audit tag --engine spark --spark-lines s3a://billing/lines/
+    """
+    engine, options = engine_settings(engine_opts)
+    result = app.tag(db, rule_dirs, select, exclude, params, config_path, period, engine, options)
+    if result.engine_run is not None:
+        print_run(result.engine_run)
+    if quiet:
+        return
+    table = Table(title=f"{'tag' if engine == 'duckdb' else engine} run {result.run_id}")
+    table.add_column("rule")
+    table.add_column("category")
+    table.add_column("lines", justify="right")
+    for rule, n in result.rows:
+        table.add_row(f"{rule.id} {rule.name}", rule.category, f"{n:,}")
+    out.print(table)
+    if engine == "duckdb":
+        say(f"{result.hits:,} hits from {len(result.rules)} rules in {result.scans} scan(s) of line_items")
+    else:
+        say(f"{result.hits:,} hits from {len(result.rules)} rules on {engine}; "
+            f"aggregates stored as engine run {result.run_id}")
+
+
+COMMANDS = (tag,)
