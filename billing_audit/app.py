@@ -49,16 +49,27 @@ def check_period(period: str | None) -> None:
 
 
 # -- the store ----------------------------------------------------------------------------------------------------
-def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None) -> IngestReport:
-    """Load export files or folders; ``progress(file, rows)`` is called after each file."""
+def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None,
+           config_path: str | None = None) -> IngestReport:
+    """Load export files or folders; ``progress(file, rows)`` is called after each file.  The config's
+    ``[exports]`` table says which export counts the lines two exports both deliver."""
+    from billing_audit.config import load_config
+
+    policy = load_config(config_path).overlap_policy()
     with billing_audit.open(db) as store:
-        return store.ingest([str(p) for p in paths], progress=progress)
+        return store.ingest([str(p) for p in paths], progress=progress, overlap=policy)
 
 
 def summary(db: str) -> pl.DataFrame:
     """Lines and cost per provider, billing period and currency."""
     with billing_audit.open(db) as store:
         return store.summary()
+
+
+def owners(db: str) -> pl.DataFrame:
+    """Which export's delivery holds each provider, billing account and period, and how it was dated."""
+    with billing_audit.open(db) as store:
+        return store.owners()
 
 
 @dataclass
@@ -344,7 +355,7 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
 
     check_period(period)
     cfg = load_config(config_path)
-    ingested = ingest(db, paths, progress)
+    ingested = ingest(db, paths, progress, config_path)
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None

@@ -586,8 +586,10 @@ class Store:
         """Which export's delivery holds each provider, billing account and period, and how it was dated."""
         return self.sql(
             "SELECT s.x_Provider AS provider, s.BillingAccountId AS billing_account, "
-            "strftime(s.BillingPeriodStart, '%Y-%m') AS period, coalesce(s.export, d.delivery_key) AS export, "
-            "d.label AS delivery, d.version, d.version_source, s.rows AS lines, d.ingested_at "
+            "strftime(s.BillingPeriodStart, '%Y-%m') AS period, "
+            "split_part(coalesce(s.export, d.delivery_key), '@', 1) AS export, s.rows AS lines, "
+            "d.version AS dated, d.version_source AS dated_by, d.label AS delivery, "
+            "coalesce(s.export, d.delivery_key) AS export_id, d.ingested_at "
             "FROM slices s JOIN deliveries d USING (ingest_id) ORDER BY provider, billing_account, period, export")
 
     # -- rules ------------------------------------------------------------------

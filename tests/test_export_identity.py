@@ -141,7 +141,7 @@ def test_legacy_azure_runs_in_one_folder_are_snapshots_and_only_the_newest_count
     assert _totals(db) == whole
     assert report.count("ingested") + report.count("superseded") == 2
     assert owner["delivery"].to_list()[0].endswith(f"({folder / src.name})")
-    assert owner["version_source"].to_list() == ["latest usage"]
+    assert owner["dated_by"].to_list() == ["latest usage"]
     with billing_audit.open(db) as s:  # the same again, in any order: nothing changes
         again = s.ingest([older, folder / src.name])
     assert again.count("ingested") == 0 and _totals(db) == whole
@@ -219,7 +219,7 @@ def test_a_newer_restatement_without_a_manifest_beats_an_older_run_with_one(tmp_
         owner = s.owners()
     assert r.count("superseded") == 0 and r.count("ingested") == 1 and not r.notes
     assert owner["delivery"].to_list() == [str(restated)]
-    assert owner["version_source"].to_list() == ["path"]
+    assert owner["dated_by"].to_list() == ["path"]
 
 
 def test_the_configs_exports_table_sets_the_overlap_policy(tmp_path: Path) -> None:

@@ -47,6 +47,8 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
     """Each failed file, then one summary line (unless quiet and nothing failed)."""
     for e in report.errors:
         say(f"error: {e}")
+    for note in report.notes:  # what was replaced, completed or counted once: always said
+        say(f"note: {note}")
     if quiet and not report.errors:
         return
     parts = [f"{report.count('ingested')} file(s) ingested ({report.rows:,} lines)"]
@@ -56,6 +58,8 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
         parts.append(f"{report.count('superseded')} superseded by a newer delivery")
     if report.replaced_rows:
         parts.append(f"{report.replaced_rows:,} lines of older deliveries replaced")
+    if report.overlapped_rows:
+        parts.append(f"{report.overlapped_rows:,} lines delivered by two exports counted once")
     if report.failed:
         parts.append(f"{report.failed} file(s) failed")
     say(", ".join(parts))

@@ -8,7 +8,7 @@ import click
 
 from billing_audit import app
 from billing_audit.cli.console import Bars, err, print_ingest
-from billing_audit.cli.options import db_option, handle_errors, quiet_option
+from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option
 from billing_audit.formats import describe_formats
 
 HELP = f"""Load billing export files or folders into the store.
@@ -21,9 +21,13 @@ Each file's format is recognised from its own header or schema:
 \b
 Folders are searched recursively.  Manifests (AWS *-Manifest.json, Azure
 manifest.json/_manifest.json) group files into deliveries; without one, the
-data files of a folder are one delivery.  A delivery replaces any older
-delivery of the same provider, billing account and billing period, so
-ingesting every snapshot of a month counts the month once; re-ingesting an
+data files of a folder are one delivery (older Azure exports: one
+<export>_<guid> file per run).  A delivery replaces only an older delivery
+of the same export for the same provider, billing account and billing
+period, so ingesting every snapshot of a month counts the month once, and a
+second export of the month counts beside the first.  Where two exports
+deliver the same lines, they are counted once and the ingest says how many
+([exports] in the config chooses which export keeps them).  Re-ingesting an
 unchanged delivery does nothing.  A bad file is reported with its row and
 column, lands nothing, and the other files still load (exit code 2).
 
@@ -37,11 +41,13 @@ Examples:
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
+@config_option()
 @quiet_option("No progress bar or summary line.")
 @handle_errors
-def ingest(paths: tuple[str, ...], db: str, quiet: bool) -> None:
+def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool) -> None:
     with Bars() as bars:
-        report = app.ingest(db, paths, progress=bars.ingest if not quiet and err.is_terminal else None)
+        report = app.ingest(db, paths, progress=bars.ingest if not quiet and err.is_terminal else None,
+                            config_path=config_path)
     print_ingest(report, quiet)
     if report.failed:
         sys.exit(2)

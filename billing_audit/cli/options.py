@@ -159,13 +159,13 @@ class ConnectorChoice(click.ParamType):  # type: ignore[type-arg]  # generic fro
 
     name = "connector"
 
-    def __init__(self, part: str) -> None:
-        self.part = part
+    def __init__(self, part: str | None) -> None:
+        self.part = part  # None: the clouds the connectors read bills of (x_Provider values)
 
     def choices(self) -> tuple[str, ...]:
-        from billing_audit.registry import with_part
+        from billing_audit.registry import providers, with_part
 
-        return with_part(self.part)
+        return providers() if self.part is None else with_part(self.part)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "[" + "|".join(self.choices()) + "]"

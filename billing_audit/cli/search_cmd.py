@@ -10,7 +10,7 @@ import click
 
 from billing_audit import app
 from billing_audit.cli.console import print_frame, say
-from billing_audit.cli.options import db_option, format_option, handle_errors, period_option
+from billing_audit.cli.options import ConnectorChoice, db_option, format_option, handle_errors, period_option
 
 
 @click.command()
@@ -18,7 +18,7 @@ from billing_audit.cli.options import db_option, format_option, handle_errors, p
 @db_option
 @period_option()
 @click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), help="Only usage on or after this date (YYYY-MM-DD).")
-@click.option("--provider", type=click.Choice(["aws", "azure", "gcp"]), help="Only this provider.")
+@click.option("--provider", type=ConnectorChoice(None), help="Only this provider.")
 @format_option("table", "json", "csv")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--lines", "show_lines", is_flag=True, help="List the line items (id, source file and row), not groups.")
