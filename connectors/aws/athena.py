@@ -99,6 +99,7 @@ class Source:
 
     kind: str
     table_columns: tuple[str, ...]
+    types: dict[str, str]  # column -> DuckDB type
     maps: frozenset[str]  # the table's map columns
     select: str  # the connector's DuckDB mapping, rendered for the table's column types
     tags: str
@@ -115,7 +116,7 @@ def _source(kind: str) -> Source:
     else:  # FOCUS has no line id: the line's own scalar columns, in table order
         tags = _tags("tags", "(?i)^\\s*user[:_]")
         line_id = _focus_id([c for c in cols if c not in maps and c not in fmt.glue_delivery_columns])
-    return Source(kind, tuple(cols), maps, fmt.render(cols), tags, line_id)
+    return Source(kind, tuple(cols), cols, maps, fmt.render(cols), tags, line_id)
 
 
 def referenced_columns(sql: str | exp.Expression) -> set[str]:
@@ -152,7 +153,15 @@ def mapping_sql(table: str, kind: str, period: str | None, columns: set[str] | N
     for name in sorted(wanted, key=schema.COLUMN_NAMES.index):
         node = given[name].copy()
         if schema.BY_NAME[name].type == schema.MONEY:  # Glue doubles; the canonical money type
-            node = exp.cast(node.unalias(), schema.MONEY).as_(name)
+            value = node.unalias()
+            if isinstance(value, exp.Column) and src.types.get(value.name.lower()) == "VARCHAR":
+                # a Glue string column (CUR 2.0 pricing_public_on_demand_rate): '' is no value, as locally (a bare
+                # CAST('' AS DECIMAL) fails the whole query); via DOUBLE, which also reads '1.2E-5'
+                value = exp.cast(exp.cast(exp.func("nullif", exp.func("trim", value), exp.Literal.string("")), "DOUBLE"),
+                                 schema.MONEY)
+            else:
+                value = exp.cast(value, schema.MONEY)
+            node = value.as_(name)
         out.append(_fit(node, present, src.maps))
     sel = exp.select(*out).from_(exp.to_table(table))
     if period is not None:
