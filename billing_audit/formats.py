@@ -98,6 +98,11 @@ class LayoutReader:
         raise NotImplementedError
 
 
+def table_columns(text: str) -> tuple[tuple[str, str], ...]:
+    """A warehouse table's columns, declared as data: one ``name type`` line each, in the table's order."""
+    return tuple((name, typ) for name, typ in (line.split() for line in text.strip().splitlines()))
+
+
 def has_all(cols: dict[str, str], *names: str) -> bool:
     return all(n.lower() in cols for n in names)
 

@@ -8,6 +8,7 @@ local DuckDB store of the scenario exports; the client must turn those strings b
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -22,9 +23,13 @@ from peers_athena import AthenaPeer, Canned
 import billing_audit
 from billing_audit.config import Config, load_config
 from billing_audit.engines import pipeline
+from billing_audit.engines.portable import NotPortable
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule, load_rules
 from connectors.aws import athena
+from connectors.aws.cur import athena_name
+from connectors.aws.cur2 import Cur2
+from connectors.focus.formats import AwsFocus
 from peers_aws import DUMMY, REGION, AwsPeer
 from support import FIXTURES, GOLDEN
 
@@ -113,8 +118,26 @@ def test_pipeline_as_trino(kind: str, rules: list[Rule], cfg: Config, update_gol
     assert "ELEMENT_AT(l.Tags, 'training-job')" in sql
 
 
+def test_the_glue_tables_are_the_formats_declarations() -> None:
+    """athena.py reads the columns each format declares for its Glue table (docs/aws-cur2-and-focus12-columns.tsv)."""
+    cur2, focus = athena.glue_table("cur2"), athena.glue_table("focus")
+    assert list(cur2) == [athena_name(n) for n, _ in Cur2.glue_table] == [n for n, _ in Cur2.glue_table]
+    assert {"product_usagetype", "product_fee_code", "line_item_currency_code", "product_product_family"} <= set(cur2)
+    assert "product_product_name" not in cur2 and "product_region" not in cur2  # inside the product map
+    assert cur2["product"] == cur2["resource_tags"] == "MAP(VARCHAR, VARCHAR)" and cur2["discount"] == "MAP(VARCHAR, DOUBLE)"
+    assert cur2["line_item_usage_start_date"] == "TIMESTAMP" and cur2["line_item_unblended_cost"] == "DOUBLE"
+    assert list(focus) == [n.lower() for n, _ in AwsFocus.glue_table]
+    assert focus["x_discounts"] == "MAP(VARCHAR, DOUBLE)" and focus["tags"] == focus["skupricedetails"] == "MAP(VARCHAR, VARCHAR)"
+    assert not {"x_usagetype", "x_skumetercategory", "x_invoiceid", "x_pricingcurrency"} & set(focus)
+    assert list(cur2)[-1] == list(focus)[-1] == "billing_period"
+    # the FOCUS line id hashes the scalar line columns in table order (not the maps, not where the row was delivered)
+    hashed = re.findall(r"CAST\((\w+) AS VARCHAR\)", athena.mapping_sql("t", "focus", PERIOD, {"x_LineItemId"}).sql("trino"))
+    assert hashed == [c for c, t in focus.items() if not t.startswith("MAP") and c not in AwsFocus.glue_delivery_columns]
+    assert hashed[:3] == ["availabilityzone", "billedcost", "billingaccountid"] and "source_account_id" not in hashed
+
+
 def test_mapping_refuses_what_it_cannot_map() -> None:
-    with pytest.raises(pipeline.NotPortable, match="x_SourceFile"):
+    with pytest.raises(NotPortable, match="x_SourceFile"):
         athena.mapping_sql("t", "cur2", PERIOD, {"x_SourceFile", "BilledCost"})
     with pytest.raises(BillingAuditError, match="table"):
         athena.mapping_sql("t; DROP TABLE x", "cur2", PERIOD)
@@ -228,7 +251,7 @@ def test_report_engine_athena_on_the_command_line(peers: tuple[AthenaPeer, AwsPe
     peer.queue.append(_canned(local, scanned=42_000, page_size=50))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", DUMMY["aws_access_key_id"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DUMMY["aws_secret_access_key"])
-    monkeypatch.setattr(athena.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     db = tmp_path / "remote.duckdb"
     r = CliRunner().invoke(main, [
         "report", "--db", str(db), "--config", str(SCENARIOS / "billing-audit.toml"), "--engine", "athena",

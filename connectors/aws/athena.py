@@ -3,13 +3,15 @@
 The lines are the CUR 2.0 table (``kind="cur2"``) or the AWS FOCUS 1.2 table (``kind="focus"``) that the
 Data Exports Athena integration creates, partitioned by ``billing_period`` ('YYYY-MM').  One statement runs:
 ``WITH line_items AS (<mapping>), <the pipeline's steps> SELECT ...`` (Trino SQL), where the mapping is
-the connector's own SELECT (connectors/aws_cur2.py, connectors/focus.py) cut down to the canonical
-columns the pipeline and the rules read, with these differences from a local ingest:
+the connector's own SELECT (connectors/aws/cur2.py, connectors/focus/formats.py), rendered for the Glue table
+the format declares (``Cur2.glue_table``, ``AwsFocus.glue_table``), cut down to the canonical columns the pipeline
+and the rules read, with these differences from a local ingest:
 
 * ``Tags``: keys trimmed, lower-cased and stripped of ``user_``/``user:``; blank values dropped; keys that
   differ only by case merged (which value wins is Athena's map order, not the file's);
 * ``x_LineItemId``: CUR 2.0 ``identity_line_item_id`` + ``identity_time_interval``; FOCUS has no line id, so
-  a hash of the row's scalar columns (identical rows share it, which changes no aggregate);
+  a hash of the row's scalar columns in table order, the delivery columns (``billing_period``, ...) left out
+  (identical rows share it, which changes no aggregate);
 * map lookups use ``ELEMENT_AT`` (a missing key is NULL, not an error); absent source columns are NULL.
 
 The core imports no cloud SDK: :func:`run` takes a boto3 Athena client (or anything with its methods).
@@ -29,13 +31,14 @@ import sqlglot
 from pydantic import Field
 from sqlglot import exp
 
-from billing_audit import rollup, schema
+from billing_audit import schema
 from billing_audit.config import Config
 from billing_audit.engines import pipeline
 from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
+from billing_audit.sql import lit
 from connectors.aws.cur2 import Cur2
 from connectors.focus.formats import AwsFocus
 
@@ -43,37 +46,34 @@ if TYPE_CHECKING:
     from billing_audit.store import Store
 
 KINDS = ("cur2", "focus")
-MAP = "MAP(VARCHAR, VARCHAR)"
 
 
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
+# The Glue tables' columns are the formats' own declarations (Cur2.glue_table, AwsFocus.glue_table: Glue name and
+# type, in table order); a column the mapping reads that is not there is NULL (FOCUS 1.0's x_usagetype, Azure's x_ columns).
+GLUE_FORMATS: dict[str, Cur2 | AwsFocus] = {"cur2": Cur2(), "focus": AwsFocus()}
+_GLUE_SCALARS = {"string": "VARCHAR", "double": "DOUBLE", "timestamp": "TIMESTAMP", "bigint": "BIGINT", "int": "INTEGER",
+                 "boolean": "BOOLEAN", "date": "DATE"}
 
 
-# The Glue tables' columns (docs: aws-cur2-and-focus12-columns.tsv, plus line_item_currency_code which CUR 2.0
-# has); a column the mapping reads that is not here is NULL (FOCUS 1.0's x_usagetype, Azure's x_ columns).
-CUR2_TABLE = _words("""
-bill_bill_type bill_billing_entity bill_billing_period_end_date bill_billing_period_start_date bill_invoice_id
-bill_payer_account_id bill_payer_account_name cost_category discount identity_line_item_id identity_time_interval
-line_item_availability_zone line_item_legal_entity line_item_line_item_description line_item_line_item_type
-line_item_currency_code line_item_operation line_item_product_code line_item_resource_id line_item_net_unblended_cost
-line_item_unblended_cost line_item_usage_account_id line_item_usage_account_name line_item_usage_amount
-line_item_usage_end_date line_item_usage_start_date line_item_usage_type pricing_public_on_demand_cost
-pricing_public_on_demand_rate pricing_purchase_option pricing_term pricing_unit product product_from_location
-product_instance_type product_product_family product_region_code product_servicecode product_sku
-product_to_location reservation_effective_cost reservation_reservation_a_r_n resource_tags
-savings_plan_savings_plan_a_r_n savings_plan_savings_plan_effective_cost tags billing_period""")
-FOCUS_TABLE = _words("""
-availabilityzone billedcost billingaccountid billingaccountname billingaccounttype billingcurrency billingperiodend
-billingperiodstart capacityreservationid capacityreservationstatus chargecategory chargeclass chargedescription
-chargefrequency chargeperiodend chargeperiodstart commitmentdiscountcategory commitmentdiscountid
-commitmentdiscountname commitmentdiscountquantity commitmentdiscounttype commitmentdiscountunit
-commitmentdiscountstatus consumedquantity consumedunit contractedcost contractedunitprice effectivecost invoiceid
-invoiceissuername listcost listunitprice pricingcategory pricingcurrency pricingquantity pricingunit providername
-publishername regionid regionname resourceid resourcename resourcetype servicecategory servicename
-servicesubcategory skuid skumeter skupriceid skupricedetails subaccountid subaccountname subaccounttype tags
-x_discounts x_operation x_servicecode billing_period""")
-_MAPS = {"product", "resource_tags", "cost_category", "discount", "tags", "skupricedetails", "x_discounts"}
+def duck_type(glue: str) -> str:
+    """A Glue (Hive) column type as the DuckDB type the connectors' mappings are rendered for: ``map<string,double>`` is
+    ``MAP(VARCHAR, DOUBLE)``."""
+    t = glue.strip().lower()
+    if t.startswith("map<") and t.endswith(">"):
+        key, value = t[4:-1].split(",", 1)
+        return f"MAP({duck_type(key)}, {duck_type(value)})"
+    if t not in _GLUE_SCALARS:
+        raise BillingAuditError(f"Glue column type {glue!r}: not one the Athena mapping knows")
+    return _GLUE_SCALARS[t]
+
+
+def glue_table(kind: str) -> dict[str, str]:
+    """The Glue table of `kind`, in table order: column name (the format's Glue naming) -> DuckDB type."""
+    if kind not in GLUE_FORMATS:
+        raise BillingAuditError(f"Athena table kind {kind!r}: choose one of {', '.join(KINDS)}")
+    fmt = GLUE_FORMATS[kind]
+    return {fmt.normalize_name(name): duck_type(typ) for name, typ in fmt.glue_table}
+
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 _PERIOD = re.compile(r"\d{4}-\d{2}")
@@ -89,8 +89,7 @@ def _tags(col: str, strip: str) -> str:
 
 
 def _focus_id(columns: Sequence[str]) -> str:
-    scalars = [c for c in columns if c not in _MAPS and c != "billing_period"]
-    parts = ", ".join(f"COALESCE(CAST({c} AS VARCHAR), '')" for c in scalars)
+    parts = ", ".join(f"COALESCE(CAST({c} AS VARCHAR), '')" for c in columns)
     return f"'aws-focus-' || md5(concat_ws('|', {parts}))"
 
 
@@ -100,22 +99,24 @@ class Source:
 
     kind: str
     table_columns: tuple[str, ...]
+    types: dict[str, str]  # column -> DuckDB type
+    maps: frozenset[str]  # the table's map columns
     select: str  # the connector's DuckDB mapping, rendered for the table's column types
     tags: str
     line_id: str
 
 
 def _source(kind: str) -> Source:
+    cols = glue_table(kind)
+    fmt = GLUE_FORMATS[kind]
+    maps = frozenset(c for c, t in cols.items() if t.startswith("MAP"))
     if kind == "cur2":
-        cols = {c: MAP if c in _MAPS else "VARCHAR" for c in CUR2_TABLE}
         tags = _tags("resource_tags", "(?i)^(resource_?tags[_/])?(user[:_])?")
         line_id = "'aws-' || COALESCE(identity_line_item_id, '') || '-' || COALESCE(identity_time_interval, '')"
-        return Source(kind, CUR2_TABLE, Cur2().render(cols), tags, line_id)
-    if kind == "focus":
-        cols = {c: MAP if c in _MAPS else "VARCHAR" for c in FOCUS_TABLE}
-        return Source(kind, FOCUS_TABLE, AwsFocus().render(cols), _tags("tags", "(?i)^\\s*user[:_]"),
-                      _focus_id(FOCUS_TABLE))
-    raise BillingAuditError(f"Athena table kind {kind!r}: choose one of {', '.join(KINDS)}")
+    else:  # FOCUS has no line id: the line's own scalar columns, in table order
+        tags = _tags("tags", "(?i)^\\s*user[:_]")
+        line_id = _focus_id([c for c in cols if c not in maps and c not in fmt.glue_delivery_columns])
+    return Source(kind, tuple(cols), cols, maps, fmt.render(cols), tags, line_id)
 
 
 def referenced_columns(sql: str | exp.Expression) -> set[str]:
@@ -152,18 +153,26 @@ def mapping_sql(table: str, kind: str, period: str | None, columns: set[str] | N
     for name in sorted(wanted, key=schema.COLUMN_NAMES.index):
         node = given[name].copy()
         if schema.BY_NAME[name].type == schema.MONEY:  # Glue doubles; the canonical money type
-            node = exp.cast(node.unalias(), schema.MONEY).as_(name)
-        out.append(_fit(node, present))
+            value = node.unalias()
+            if isinstance(value, exp.Column) and src.types.get(value.name.lower()) == "VARCHAR":
+                # a Glue string column (CUR 2.0 pricing_public_on_demand_rate): '' is no value, as locally (a bare
+                # CAST('' AS DECIMAL) fails the whole query); via DOUBLE, which also reads '1.2E-5'
+                value = exp.cast(exp.cast(exp.func("nullif", exp.func("trim", value), exp.Literal.string("")), "DOUBLE"),
+                                 schema.MONEY)
+            else:
+                value = exp.cast(value, schema.MONEY)
+            node = value.as_(name)
+        out.append(_fit(node, present, src.maps))
     sel = exp.select(*out).from_(exp.to_table(table))
     if period is not None:
-        sel = sel.where(f"billing_period = {rollup.lit(period)}", dialect="duckdb")
+        sel = sel.where(f"billing_period = {lit(period)}", dialect="duckdb")
     return sel
 
 
-def _fit(node: exp.Expression, present: set[str]) -> exp.Expression:
+def _fit(node: exp.Expression, present: set[str], maps: frozenset[str]) -> exp.Expression:
     """Map subscripts as ELEMENT_AT (NULL for a missing key); columns the table lacks as NULL."""
     for br in list(node.find_all(exp.Bracket)):
-        if isinstance(br.this, exp.Column) and br.this.name.lower() in _MAPS and len(br.expressions) == 1:
+        if isinstance(br.this, exp.Column) and br.this.name.lower() in maps and len(br.expressions) == 1:
             br.replace(exp.Anonymous(this="element_at", expressions=[br.this.copy(), br.expressions[0].copy()]))
     lambda_vars = {v.name for lam in node.find_all(exp.Lambda) for v in lam.expressions}
     for col in list(node.find_all(exp.Column)):

@@ -13,7 +13,17 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from billing_audit.formats import RAW, TEXT, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.formats import (
+    RAW,
+    TEXT,
+    DeliveryHint,
+    ExportFormat,
+    ManifestReader,
+    has_all,
+    has_any,
+    resolve_keys,
+    table_columns,
+)
 from billing_audit.sql import lit
 from connectors.aws.cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name
 
@@ -31,6 +41,110 @@ CUR2_COLUMNS: dict[str, str] = {
     "pricing_purchase_option": TEXT,
     **{c: RAW for c in MAP_COLUMNS},
 }
+
+# The Glue table the Data Exports Athena integration creates for a CUR 2.0 export: each column's Glue name and
+# Glue type, in the table's order (docs: aws-cur2-and-focus12-columns.tsv).  Three columns that list leaves out
+# are top-level CUR 2.0 columns too: line_item_currency_code (a key column of every CUR, billing-formats.md "Legacy
+# CUR"; CUR 2.0 only adds columns to those) and product_fee_code / product_usagetype (billing-formats.md "CUR 2.0":
+# product fields that stay top-level beside the ``product`` map).  The Athena engine reads this table.
+GLUE_TABLE: tuple[tuple[str, str], ...] = table_columns("""
+bill_bill_type string
+bill_billing_entity string
+bill_billing_period_end_date timestamp
+bill_billing_period_start_date timestamp
+bill_invoice_id string
+bill_payer_account_id string
+bill_payer_account_name string
+cost_category map<string,string>
+discount map<string,double>
+discount_bundled_discount double
+discount_total_discount double
+identity_line_item_id string
+identity_time_interval string
+line_item_availability_zone string
+line_item_currency_code string
+line_item_legal_entity string
+line_item_line_item_description string
+line_item_line_item_type string
+line_item_operation string
+line_item_product_code string
+line_item_resource_id string
+line_item_iam_principal string
+line_item_net_unblended_cost double
+line_item_net_unblended_rate string
+line_item_unblended_cost double
+line_item_unblended_rate string
+line_item_usage_account_id string
+line_item_usage_account_name string
+line_item_usage_amount double
+line_item_usage_end_date timestamp
+line_item_usage_start_date timestamp
+line_item_usage_type string
+pricing_lease_contract_length string
+pricing_offering_class string
+pricing_public_on_demand_cost double
+pricing_public_on_demand_rate string
+pricing_purchase_option string
+pricing_rate_code string
+pricing_term string
+pricing_unit string
+product map<string,string>
+product_fee_code string
+product_from_location string
+product_instance_type string
+product_product_family string
+product_region_code string
+product_servicecode string
+product_sku string
+product_to_location string
+product_usagetype string
+reservation_amortized_upfront_fee_for_billing_period double
+reservation_effective_cost double
+reservation_end_time string
+reservation_net_amortized_upfront_cost_for_usage double
+reservation_net_amortized_upfront_fee_for_billing_period double
+reservation_net_effective_cost double
+reservation_net_recurring_fee_for_usage double
+reservation_net_unused_amortized_upfront_fee_for_billing_period double
+reservation_net_unused_recurring_fee double
+reservation_net_upfront_value double
+reservation_reservation_a_r_n string
+reservation_start_time string
+reservation_unused_amortized_upfront_fee_for_billing_period double
+reservation_unused_recurring_fee double
+resource_tags map<string,string>
+savings_plan_amortized_upfront_commitment_for_billing_period double
+savings_plan_end_time string
+savings_plan_net_amortized_upfront_commitment_for_billing_period double
+savings_plan_net_recurring_commitment_for_billing_period double
+savings_plan_net_savings_plan_effective_cost double
+savings_plan_offering_type string
+savings_plan_payment_option string
+savings_plan_purchase_term string
+savings_plan_savings_plan_a_r_n string
+savings_plan_savings_plan_effective_cost double
+savings_plan_start_time string
+savings_plan_total_commitment_to_date double
+savings_plan_used_commitment double
+split_line_item_parent_resource_id string
+split_line_item_reserved_usage double
+split_line_item_actual_usage double
+split_line_item_split_usage double
+split_line_item_split_usage_ratio double
+split_line_item_split_cost double
+split_line_item_unused_cost double
+split_line_item_net_split_cost double
+split_line_item_net_unused_cost double
+split_line_item_public_on_demand_split_cost double
+split_line_item_public_on_demand_unused_cost double
+tags map<string,string>
+source_account_id string
+report_name string
+data string
+billing_period string
+""")
+# Columns of the table that say which delivery a row came from, not what the line is (billing_period: the partition).
+GLUE_DELIVERY_COLUMNS = ("source_account_id", "report_name", "data", "billing_period")
 
 # CUR 2.0 has the account names the legacy report lacks; added to the shared mapping.
 _NAMES = "  bill_payer_account_name AS BillingAccountName,\n  line_item_usage_account_name AS SubAccountName,\n"
@@ -85,6 +199,8 @@ class Cur2(ExportFormat):
     columns = CUR2_COLUMNS
     required = ("line_item_unblended_cost", "line_item_usage_start_date", "line_item_line_item_type")
     priority = 40  # before the legacy CUR, whose columns CUR 2.0 mostly shares
+    glue_table = GLUE_TABLE
+    glue_delivery_columns = GLUE_DELIVERY_COLUMNS
 
     def export_of(self, path: Path) -> str | None:
         """The data export: its files lie under ``<prefix>/<export>/data/BILLING_PERIOD=YYYY-MM/``."""

@@ -14,7 +14,7 @@ SELECT and differ only in how tags, usage type and pricing model are read:
 
 from __future__ import annotations
 
-from billing_audit.formats import NUM, RAW, TEXT, TIME, ExportFormat, ManifestReader, has_all, has_any
+from billing_audit.formats import NUM, RAW, TEXT, TIME, ExportFormat, ManifestReader, has_all, has_any, table_columns
 
 # FOCUS 1.0, 1.1 and 1.2 columns the store keeps, with the kind each is parsed as.  Names match
 # case-insensitively, so the AWS lower-case Glue names and the Azure PascalCase names both answer.
@@ -93,6 +93,79 @@ EXTENSIONS: dict[str, str] = {
 }
 
 COLUMNS: dict[str, str] = {**FOCUS_SOURCE, **EXTENSIONS}
+
+# The Glue table the Data Exports Athena integration creates for an AWS "FOCUS 1.2 with AWS columns" export: each
+# column's Glue name and Glue type, in the table's order (docs: aws-cur2-and-focus12-columns.tsv).  Unlike COLUMNS
+# (what any FOCUS file may have) it has x_discounts and no FOCUS 1.0 (x_usagetype) or Azure columns; the order
+# matters: the Athena engine's line id hashes the scalar columns in it.
+AWS_GLUE_TABLE: tuple[tuple[str, str], ...] = table_columns("""
+availabilityzone string
+billedcost double
+billingaccountid string
+billingaccountname string
+billingaccounttype string
+billingcurrency string
+billingperiodend timestamp
+billingperiodstart timestamp
+capacityreservationid string
+capacityreservationstatus string
+chargecategory string
+chargeclass string
+chargedescription string
+chargefrequency string
+chargeperiodend timestamp
+chargeperiodstart timestamp
+commitmentdiscountcategory string
+commitmentdiscountid string
+commitmentdiscountname string
+commitmentdiscountquantity double
+commitmentdiscounttype string
+commitmentdiscountunit string
+commitmentdiscountstatus string
+consumedquantity double
+consumedunit string
+contractedcost double
+contractedunitprice double
+effectivecost double
+invoiceid string
+invoiceissuername string
+listcost double
+listunitprice double
+pricingcategory string
+pricingcurrency string
+pricingcurrencycontractedunitprice double
+pricingcurrencyeffectivecost double
+pricingcurrencylistunitprice double
+pricingquantity double
+pricingunit string
+providername string
+publishername string
+regionid string
+regionname string
+resourceid string
+resourcename string
+resourcetype string
+servicecategory string
+servicename string
+servicesubcategory string
+skuid string
+skumeter string
+skupriceid string
+skupricedetails map<string,string>
+subaccountid string
+subaccountname string
+subaccounttype string
+tags map<string,string>
+x_discounts map<string,double>
+x_operation string
+x_servicecode string
+source_account_id string
+report_name string
+data string
+billing_period string
+""")
+# Columns of the table that say which delivery a row came from, not what the line is (billing_period: the partition).
+AWS_GLUE_DELIVERY_COLUMNS = ("source_account_id", "report_name", "data", "billing_period")
 
 # FOCUS 0.5/1.0-preview spellings folded onto the 1.0+ values; an unknown value is kept as written.
 PRICING_CATEGORY = """CASE
@@ -268,6 +341,8 @@ class AwsFocus(_Focus):
     usage_type = "coalesce(nullif(x_UsageType, ''), nullif(SkuMeter, ''))"
     operation = "nullif(x_Operation, '')"
     provider_name_default = "'AWS'"
+    glue_table = AWS_GLUE_TABLE
+    glue_delivery_columns = AWS_GLUE_DELIVERY_COLUMNS
 
     def detect(self, cols: dict[str, str], kind: str) -> bool:
         return self.is_focus(cols) and has_any(cols, "x_servicecode", "x_operation")
