@@ -350,7 +350,7 @@ DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab"}
 
 def _first_record(text: str, delimiter: str) -> list[str]:
     try:
-        return next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+        return next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
     except csv.Error:
         return []
 
@@ -391,7 +391,7 @@ def csv_header(path: Path, display: str) -> list[str]:
 
 def sample_records(text: str, delimiter: str, complete: bool) -> Iterator[list[str]]:
     """The data records of a file's first MB (``complete``: the sample is the whole file, so keep the last)."""
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     prev: list[str] | None = None
     try:
         next(reader, None)

@@ -134,6 +134,14 @@ def test_mixed_line_endings_fixture(db: Path) -> None:
     assert set(column(db, MIXED, "strftime(BillingPeriodStart, '%Y-%m-%d')")) == {"2026-10-01"}
 
 
+def test_cr_only_line_endings(db: Path, tmp_path: Path) -> None:
+    """Classic Mac files end every row with a bare CR: read directly (the header too)."""
+    path = put(tmp_path, "cr.csv", MIXED.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    assert reader.needs_line_ending_rewrite(path) is None
+    assert ingest(db, path)[0] == 0
+    assert_exact(db, path, by_currency(records(MIXED), "costInBillingCurrency", "billingCurrency"))
+
+
 def _big_mixed(tmp_path: Path, name: str, gz: bool, lf_row: int | None) -> tuple[Path, list[dict[str, str]]]:
     """Over a MB of the MCA fixture's rows: CRLF rows; one LF row past the sniffed first MB (or the last)."""
     lines = MIXED.read_bytes().split(b"\r\n")
