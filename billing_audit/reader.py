@@ -97,14 +97,14 @@ MACROS = [
                                    lambda e: e.value IS NOT NULL AND e.value <> '')))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
-        CASE WHEN s IS NULL OR trim(s) = '' OR trim(s) = '{}' THEN NULL
+        CASE WHEN s IS NULL OR trim(s) IN ('', '{}', 'NULL', 'null', 'Null') THEN NULL
              WHEN starts_with(trim(s), '{') THEN (CASE WHEN json_valid(trim(s)) AND json_type(trim(s)) = 'OBJECT' THEN trim(s) END)
              ELSE (CASE WHEN json_valid('{' || trim(s) || '}') THEN '{' || trim(s) || '}' END) END)""",
     """CREATE OR REPLACE TEMP MACRO ba_json_tags(s) AS (
         list_transform(map_entries(json_transform(ba_json_obj(s), '"MAP(VARCHAR, VARCHAR)"')),
                        lambda e: {'k': e.key, 'v': e.value}))""",
     """CREATE OR REPLACE TEMP MACRO ba_tags_malformed(s) AS (
-        s IS NOT NULL AND trim(s) <> '' AND trim(s) <> '{}' AND ba_json_obj(s) IS NULL)""",
+        s IS NOT NULL AND trim(s) NOT IN ('', '{}', 'NULL', 'null', 'Null') AND ba_json_obj(s) IS NULL)""",
 ]
 
 

@@ -248,6 +248,7 @@ def test_null_literals_read_as_null(db: Path) -> None:
         None if r["ChargePeriodEnd"] in NULL_WORDS else datetime.fromisoformat(r["ChargePeriodEnd"]).replace(tzinfo=None)
         for r in rows]
     assert None in column(db, NULLS, "ConsumedQuantity") and None in column(db, NULLS, "ChargePeriodEnd")
+    assert rows[3]["Tags"] == "NULL" and column(db, NULLS, "Tags")[3] == {} and column(db, NULLS, "x_TagsRaw")[3] is None
 
 
 @pytest.mark.parametrize("word", ["NULL", "null", "NaN", ""])
