@@ -45,6 +45,15 @@ class ExportFormat:
         """True when a file with these columns (lower-cased name -> DuckDB type) is this format."""
         raise NotImplementedError
 
+    def resemblance(self, cols: dict[str, str]) -> tuple[int, int]:
+        """How much a file that is not this format looks like it: (required columns found, declared columns found)."""
+        declared = {n.lower() for n in self.columns} | {n.lower() for n in self.required}
+        return (len(self.required) - len(self.missing_required(cols)), sum(1 for n in cols if n in declared))
+
+    def missing_required(self, cols: dict[str, str]) -> list[str]:
+        """The required columns a file with these columns (lower-cased names) lacks, as the format spells them."""
+        return [n for n in self.required if n.lower() not in cols]
+
     def normalize_name(self, name: str) -> str:
         """The declared name a source column answers to (matching is case-insensitive)."""
         return name.lower()

@@ -15,7 +15,8 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,22 +32,55 @@ NUMERIC_TYPES = {"DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TI
                  "UINTEGER", "USMALLINT", "UTINYINT"}
 DATA_SUFFIXES = (".parquet", ".csv", ".csv.gz", ".zip", ".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz")
 
+# Cells that mean "no value" in numeric and date columns: empty, and the literals the FOCUS sample
+# data and the tools generating FOCUS files write.
+NULL_WORDS = ("", "NULL", "null", "Null", "NaN", "nan", "NAN")
+# Dates before this, or more than a year after today, are misreadings (a 2-digit year read as 0025).
+EARLIEST_DATE = "2000-01-01"
+
+
+def _slash_formats(day_first: bool) -> str:
+    a, b = ("%d", "%m") if day_first else ("%m", "%d")
+    times = ["", " %H:%M", " %H:%M:%S", " %I:%M %p", " %I:%M:%S %p"]
+    # %y first: '%Y' reads '25' as the year 25; '%y' refuses '2025' (its last two digits are left over)
+    return "[" + ", ".join(f"'{a}/{b}/{y}{t}'" for t in times for y in ("%y", "%Y")) + "]"
+
+
 MACROS = [
-    # text -> DECIMAL; "" -> NULL; anything unreadable raises (diagnosed afterwards)
+    f"""CREATE OR REPLACE TEMP MACRO ba_isnull(x) AS (
+        x IS NULL OR trim(CAST(x AS VARCHAR)) IN ({", ".join(lit(w) for w in NULL_WORDS)}))""",
+    # text -> DECIMAL; NULL words -> NULL; anything unreadable raises (diagnosed afterwards)
     """CREATE OR REPLACE TEMP MACRO ba_num(x) AS (
-        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
-             ELSE CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
+        CASE WHEN ba_isnull(x) THEN NULL ELSE CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
     """CREATE OR REPLACE TEMP MACRO ba_try_num(x) AS (
-        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
-             ELSE TRY_CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
-    """CREATE OR REPLACE TEMP MACRO ba_try_ts(x) AS (
-        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
-             ELSE coalesce(
-                try_strptime(trim(CAST(x AS VARCHAR)), ['%m/%d/%Y', '%m/%d/%Y %H:%M:%S', '%m/%d/%Y %I:%M:%S %p']),
-                CAST(TRY_CAST(trim(CAST(x AS VARCHAR)) AS TIMESTAMPTZ) AS TIMESTAMP)) END)""",
-    """CREATE OR REPLACE TEMP MACRO ba_ts(x) AS (
-        CASE WHEN x IS NULL OR trim(CAST(x AS VARCHAR)) = '' THEN NULL
-             ELSE coalesce(ba_try_ts(x), error('cannot read date ' || CAST(x AS VARCHAR))) END)""",
+        CASE WHEN ba_isnull(x) THEN NULL ELSE TRY_CAST(trim(CAST(x AS VARCHAR)) AS DECIMAL(38,12)) END)""",
+    # decimal comma (European-locale downloads): '1,5', '1.234,56', '-0,25', '1,2E-5'; a '.' is a thousands mark
+    """CREATE OR REPLACE TEMP MACRO ba_dc_ok(t) AS (
+        regexp_full_match(t, '[+-]?([0-9]{1,3}([.][0-9]{3})+|[0-9]*)(,[0-9]+)?([eE][+-]?[0-9]+)?'))""",
+    """CREATE OR REPLACE TEMP MACRO ba_try_num_dc(x) AS (
+        CASE WHEN ba_isnull(x) THEN NULL WHEN ba_dc_ok(trim(CAST(x AS VARCHAR)))
+             THEN TRY_CAST(replace(replace(trim(CAST(x AS VARCHAR)), '.', ''), ',', '.') AS DECIMAL(38,12)) END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_num_dc(x) AS (
+        CASE WHEN ba_isnull(x) THEN NULL
+             ELSE coalesce(ba_try_num_dc(x), error('cannot read ' || CAST(x AS VARCHAR) || ' as a number')) END)""",
+    # a value a required column must have (money, mostly): NULL raises (diagnosed afterwards)
+    """CREATE OR REPLACE TEMP MACRO ba_required(x) AS (coalesce(x, error('a required value is missing')))""",
+    # text -> TIMESTAMP (UTC): ISO (with or without T, Z, seconds, fractions, offsets, ' UTC'), and
+    # M/D/YYYY, M/D/YY with or without a 24-hour or AM/PM time; day_first reads D/M (decided per file)
+    f"""CREATE OR REPLACE TEMP MACRO ba_try_ts(x, day_first := false) AS (
+        CASE WHEN ba_isnull(x) THEN NULL
+             WHEN contains(CAST(x AS VARCHAR), '/') THEN CASE WHEN day_first
+                  THEN try_strptime(trim(CAST(x AS VARCHAR)), {_slash_formats(True)})
+                  ELSE try_strptime(trim(CAST(x AS VARCHAR)), {_slash_formats(False)}) END
+             ELSE CAST(TRY_CAST(trim(CAST(x AS VARCHAR)) AS TIMESTAMPTZ) AS TIMESTAMP) END)""",
+    f"""CREATE OR REPLACE TEMP MACRO ba_in_window(t) AS (
+        t IS NULL OR (t >= TIMESTAMP '{EARLIEST_DATE}' AND t <= current_date + INTERVAL 1 YEAR))""",
+    """CREATE OR REPLACE TEMP MACRO ba_window(t) AS (
+        CASE WHEN ba_in_window(t) THEN t ELSE error('date ' || CAST(t AS VARCHAR) || ' is implausible') END)""",
+    """CREATE OR REPLACE TEMP MACRO ba_ts(x, day_first := false) AS (
+        CASE WHEN ba_isnull(x) THEN NULL
+             ELSE ba_window(coalesce(ba_try_ts(x, day_first := day_first),
+                                     error('cannot read date ' || CAST(x AS VARCHAR)))) END)""",
     # list of {k, v} -> MAP: keys trimmed and lower-cased, empty values dropped,
     # keys that differ only by case merged (first non-empty value in source order wins)
     """CREATE OR REPLACE TEMP MACRO ba_ws(x) AS (trim(x, chr(32) || chr(9) || chr(10) || chr(13) || chr(11) || chr(12)))""",
@@ -63,20 +97,32 @@ MACROS = [
                                    lambda e: e.value IS NOT NULL AND e.value <> '')))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
-        CASE WHEN s IS NULL OR ba_ws(s) = '' OR ba_ws(s) = '{}' THEN NULL
+        CASE WHEN s IS NULL OR ba_ws(s) IN ('', '{}', 'NULL', 'null', 'Null') THEN NULL
              WHEN starts_with(ba_ws(s), '{') THEN (CASE WHEN json_valid(ba_ws(s)) AND json_type(ba_ws(s)) = 'OBJECT' THEN ba_ws(s) END)
              ELSE (CASE WHEN json_valid('{' || ba_ws(s) || '}') THEN '{' || ba_ws(s) || '}' END) END)""",
     """CREATE OR REPLACE TEMP MACRO ba_json_tags(s) AS (
         list_transform(map_entries(json_transform(ba_json_obj(s), '"MAP(VARCHAR, VARCHAR)"')),
                        lambda e: {'k': e.key, 'v': e.value}))""",
     """CREATE OR REPLACE TEMP MACRO ba_tags_malformed(s) AS (
-        s IS NOT NULL AND ba_ws(s) <> '' AND ba_ws(s) <> '{}' AND ba_json_obj(s) IS NULL)""",
+        s IS NOT NULL AND ba_ws(s) NOT IN ('', '{}', 'NULL', 'null', 'Null') AND ba_json_obj(s) IS NULL)""",
 ]
 
 
 def install_macros(con: duckdb.DuckDBPyConnection) -> None:
     for m in MACROS:
         con.execute(m)
+
+
+@contextmanager
+def side_connection(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor outside ``con``'s transaction, with the macros: a query failing there leaves that transaction usable."""
+    side = con.cursor()
+    try:
+        side.execute("SET TimeZone = 'UTC'")
+        install_macros(side)
+        yield side
+    finally:
+        side.close()
 
 
 def fingerprint(path: Path) -> str:
@@ -103,32 +149,149 @@ def file_kind(path: Path) -> str:
     return "csv"
 
 
-@contextmanager
-def readable(path: Path) -> Iterator[list[tuple[Path, str]]]:
-    """Yield (local path, display name) pairs DuckDB can read; unpacks .zip members."""
-    if not path.name.lower().endswith(".zip"):
-        yield [(path, str(path))]
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="ba-zip-"))
+SNIFF_BYTES = 1 << 20  # quirks are detected from the file's first MB (and, for plain files, its last bytes)
+REWRITE_CHUNK = 8 << 20
+TEMP_RESERVE = 256 << 20  # a rewrite stops before the temp folder has less than this left
+
+
+def _open_bytes(path: Path) -> gzip.GzipFile | io.BufferedReader:
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
+
+
+def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
+    """The first ``size`` bytes of a file (decompressed for .gz)."""
+    with _open_bytes(path) as f:
+        return f.read(size)
+
+
+def _line_endings(data: bytes) -> set[str]:
+    """The record terminators (CRLF, LF, CR) outside quoted fields."""
+    kinds: set[str] = set()
+    for seg in data.split(b'"')[::2]:  # outside quotes ("" escapes split into an empty inside part: parity holds)
+        if b"\r\n" in seg:
+            kinds.add("CRLF")
+        rest = seg.replace(b"\r\n", b"")
+        if b"\n" in rest:
+            kinds.add("LF")
+        if b"\r" in rest:
+            kinds.add("CR")
+    return kinds
+
+
+def needs_line_ending_rewrite(path: Path) -> str | None:
+    """Why DuckDB cannot read this CSV as it is (record terminators of more than one kind), or None.
+
+    A CR, LF or CRLF inside a quoted value is data, and DuckDB reads it in LF, CRLF and CR files alike.
+    """
+    head = read_head(path)
+    if len(head) == SNIFF_BYTES and head.endswith(b"\r"):
+        head = head[:-1]  # a CRLF cut at the sample's end
+    kinds = _line_endings(head)
+    if not path.name.lower().endswith(".gz") and path.stat().st_size > len(head):
+        with open(path, "rb") as f:  # the last row's terminator, which real exports get wrong
+            f.seek(-2, 2)
+            end = f.read(2)
+        kinds.add("CRLF" if end == b"\r\n" else "LF" if end.endswith(b"\n") else "CR" if end.endswith(b"\r") else "")
+        kinds.discard("")
+    if len(kinds) > 1:
+        return "mixed line endings (" + ", ".join(sorted(kinds)) + ")"
+    return None
+
+
+def _to_crlf(seg: bytes) -> bytes:
+    if b"\r" not in seg and b"\n" not in seg:
+        return seg
+    return seg.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\r\n")
+
+
+def rewrite_line_endings(src: Path, dst: Path, display: str) -> None:
+    """Stream ``src`` into ``dst`` with every record terminator (CRLF, LF or CR outside quotes) made CRLF.
+
+    Quoted values are copied byte for byte (a CR, LF or CRLF in them stays part of the value): DuckDB reads
+    CRLF files with any of them inside quotes.  Stops (InputError) before the temp folder runs out of space.
+    """
+    in_quote = False
+    carry = b""
+    with _open_bytes(src) as f, open(dst, "wb") as out:
+        while True:
+            chunk = f.read(REWRITE_CHUNK)
+            data = carry + chunk
+            carry = b""
+            if chunk and data.endswith(b"\r"):  # its LF may start the next chunk
+                carry, data = b"\r", data[:-1]
+            if data:
+                if shutil.disk_usage(dst.parent).free < TEMP_RESERVE + 2 * len(data):
+                    raise InputError(display, f"not enough free space in {dst.parent} to normalise the file's line "
+                                              "endings (set TMPDIR to a larger folder)")
+                segs = data.split(b'"')
+                start = 1 if in_quote else 0
+                segs[start::2] = [_to_crlf(s) for s in segs[start::2]]
+                in_quote = in_quote != (len(segs) % 2 == 0)
+                out.write(b'"'.join(segs))
+            if not chunk:
+                break
+
+
+def _quirk_free(local: Path, display: str, tmp: Callable[[], Path], force: bool) -> Path:
+    """The CSV itself, or a normalised copy in ``tmp()`` when its line endings would stop DuckDB."""
+    if file_kind(local) != "csv":
+        return local
     try:
+        why = needs_line_ending_rewrite(local) if not force else "forced"
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(display, f"cannot read file ({e})") from None
+    if why is None:
+        return local
+    name = local.name[:-3] if local.name.lower().endswith(".gz") else local.name
+    target = tmp() / f"crlf-{len(list(tmp().iterdir())):04d}-{name}"
+    try:
+        rewrite_line_endings(local, target, display)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(display, f"cannot read file ({e})") from None
+    return target
+
+
+@contextmanager
+def readable(path: Path, *, rewrite: bool = False) -> Iterator[list[tuple[Path, str]]]:
+    """Yield (local path, display name) pairs DuckDB can read.
+
+    Unpacks .zip members; a CSV whose line endings DuckDB cannot read (mixed CRLF/LF/CR; ``rewrite``
+    forces it) is read from a normalised temporary copy.  Every temporary file is removed on exit.
+    """
+    tmp_dir: list[Path] = []
+
+    def tmp() -> Path:
+        if not tmp_dir:
+            tmp_dir.append(Path(tempfile.mkdtemp(prefix="ba-read-")))
+        return tmp_dir[0]
+
+    try:
+        if not path.name.lower().endswith(".zip"):
+            yield [(_quirk_free(path, str(path), tmp, rewrite), str(path))]
+            return
         try:
             zf = zipfile.ZipFile(path)
-        except zipfile.BadZipFile as e:
+        except (zipfile.BadZipFile, OSError) as e:
             raise InputError(str(path), f"not a readable zip archive ({e})") from None
         out: list[tuple[Path, str]] = []
         with zf:
             for info in zf.infolist():
                 if info.is_dir() or not is_data_file(Path(info.filename)):
                     continue
-                target = tmp / f"{len(out):04d}-{Path(info.filename).name}"
-                with zf.open(info) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                out.append((target, f"{path}!{info.filename}"))
+                target = tmp() / f"{len(out):04d}-{Path(info.filename).name}"
+                display = f"{path}!{info.filename}"
+                try:
+                    with zf.open(info) as src, open(target, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as e:
+                    raise InputError(display, f"cannot unpack the zip member ({e})") from None
+                out.append((_quirk_free(target, display, tmp, rewrite), display))
         if not out:
             raise InputError(str(path), "zip archive holds no CSV or parquet file")
         yield out
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp_dir:
+            shutil.rmtree(tmp_dir[0], ignore_errors=True)
 
 
 def _sniff_text(path: Path, display: str) -> None:
@@ -155,7 +318,7 @@ def _sniff_text(path: Path, display: str) -> None:
             ) from None
 
 
-def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
+def reader_sql(path: Path, kind: str, columns: list[str] | None = None, delimiter: str = ",") -> str:
     p = lit(str(path))
     if kind == "parquet":
         return f"read_parquet({p}, file_row_number=true)"
@@ -165,12 +328,15 @@ def reader_sql(path: Path, kind: str, columns: list[str] | None = None) -> str:
     assert columns is not None, "CSV is read with the header's own column names"
     spec = ", ".join(f"{lit(c)}: 'VARCHAR'" for c in columns)
     return (
-        f"read_csv({p}, header=true, auto_detect=false, columns={{{spec}}}, delim=',', quote='\"', escape='\"', "
+        f"read_csv({p}, header=true, auto_detect=false, columns={{{spec}}}, delim={lit(delimiter)}, quote='\"', escape='\"', "
         "strict_mode=true, null_padding=false, max_line_size=67108864, buffer_size=134217728)"
     )
 
 
 DUP_MARK = "#dup"
+_COMMA_NUMBER = re.compile(r"[+-]?([0-9]{1,3}([.][0-9]{3})+|[0-9]*),[0-9]+([eE][+-]?[0-9]+)?")
+_POINT_NUMBER = re.compile(r"[+-]?[0-9]*[.][0-9]+([eE][+-]?[0-9]+)?")
+_THOUSANDS = re.compile(r"[+-]?[0-9]{1,3}([.][0-9]{3})+")  # 1.234: a thousands mark or a decimal point
 _DUP = re.compile(re.escape(DUP_MARK) + r"\d+$")
 
 
@@ -178,13 +344,35 @@ def _squash(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+DELIMITERS = (",", ";", "\t")
+DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab"}
+
+
+def _first_record(text: str, delimiter: str) -> list[str]:
+    try:
+        return next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+    except csv.Error:
+        return []
+
+
+def sniff_delimiter(text: str) -> str:
+    """The delimiter (comma, semicolon or tab) that splits the header into the most fields; comma on a tie."""
+    best, most = ",", len(_first_record(text, ","))
+    for d in DELIMITERS[1:]:
+        n = len(_first_record(text, d))
+        if n > most:
+            best, most = d, n
+    return best
+
+
+def head_text(path: Path) -> str:
+    return read_head(path).decode("utf-8-sig", errors="replace")
+
+
 def csv_header(path: Path, display: str) -> list[str]:
     """The first record of a CSV file (BOM removed); duplicate names get a numeric suffix."""
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rb") as f:
-        head = f.read(1 << 20)
-    text = head.decode("utf-8-sig", errors="replace")
-    first = next(csv.reader(io.StringIO(text)), [])
+    text = head_text(path)
+    first = _first_record(text, sniff_delimiter(text))
     if not any(c.strip() for c in first):
         raise InputError(display, "file has no header row")
     names: list[str] = []
@@ -201,6 +389,22 @@ def csv_header(path: Path, display: str) -> list[str]:
     return names
 
 
+def sample_records(text: str, delimiter: str, complete: bool) -> Iterator[list[str]]:
+    """The data records of a file's first MB (``complete``: the sample is the whole file, so keep the last)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    prev: list[str] | None = None
+    try:
+        next(reader, None)
+        for rec in reader:
+            if prev is not None:
+                yield prev
+            prev = rec
+    except csv.Error:  # a field beyond the csv module's limit, a NUL: the sample ends there
+        return
+    if prev is not None and complete:
+        yield prev
+
+
 def explain_duckdb_error(e: Exception) -> str:
     msg = str(e).strip()
     msg = re.sub(r"^[A-Za-z ]+Error: ", "", msg)
@@ -210,7 +414,11 @@ def explain_duckdb_error(e: Exception) -> str:
     if lines[0].startswith("CSV Error on Line"):
         m = re.search(r"(Value with unterminated quote found|Expected Number of Columns: \d+ Found: \d+|"
                       r"[^\n]*[Ii]nvalid unicode[^\n]*|Maximum line size[^\n]*)", msg)
-        return f"{lines[0]}: {m.group(1).strip() if m else 'malformed row'}"
+        what = m.group(1).strip() if m else "malformed row"
+        counts = re.fullmatch(r"Expected Number of Columns: (\d+) Found: (\d+)", what)
+        if counts:
+            what += f" (the header has {counts.group(1)} columns, this row {counts.group(2)} fields)"
+        return f"{lines[0]}: {what}"
     return lines[0]
 
 
@@ -221,7 +429,10 @@ def probe_columns(con: duckdb.DuckDBPyConnection, path: Path, display: str, kind
     elif path.stat().st_size == 0:
         raise InputError(display, "file is empty")
     if kind == "csv":
-        return {c: "VARCHAR" for c in csv_header(path, display)}
+        try:
+            return {c: "VARCHAR" for c in csv_header(path, display)}
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(display, f"cannot read file ({e})") from None
     try:
         rows = con.execute(f"DESCRIBE SELECT * FROM {reader_sql(path, kind)}").fetchall()
     except duckdb.Error as e:
@@ -233,16 +444,41 @@ def probe_columns(con: duckdb.DuckDBPyConnection, path: Path, display: str, kind
 
 
 def detect(cols: dict[str, str], kind: str, display: str) -> fm.ExportFormat:
+    candidates = []
     for f in fm.registry():
         lower = {f.normalize_name(k).lower(): v for k, v in reversed(cols.items())}
         if kind in f.file_kinds and f.detect(lower, kind):
             return f
-    sample = ", ".join(list(cols)[:8])
-    raise UnknownFormatError(
-        display,
-        f"not a billing export this tool understands (columns: {sample}...). Understood formats:\n"
-        + fm.describe_formats(),
-    )
+        if kind in f.file_kinds:
+            candidates.append((f.resemblance(lower), f, lower))
+    raise UnknownFormatError(display, why_unknown(cols, kind, candidates))
+
+
+def why_unknown(cols: dict[str, str], kind: str,
+                candidates: list[tuple[tuple[int, int], fm.ExportFormat, dict[str, str]]]) -> str:
+    """The reason a file is no known format: what it looks like, what it most resembles and what that lacks."""
+    hint = "`billing-audit ingest --help` lists the formats"
+    names = [_DUP.sub("", c) for c in cols]
+    if kind == "csv" and len(names) == 1:
+        count, mark = sorted((names[0].count(d), d) for d in "|;\t:^~")[-1]
+        if count:
+            return (f"the header is a single column ({names[0][:60]!r}): the file looks delimited by {mark!r}; "
+                    f"billing-audit reads comma-, semicolon- or tab-delimited CSV")
+    sample = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    # most matching columns; on a tie the most generic format (the last in detection order)
+    best = None
+    for score, f, lower in candidates:
+        if best is None or score >= best[0]:
+            best = (score, f, lower)
+    if best is None or best[0][1] == 0:
+        known = ", ".join(f.id for f in fm.registry())
+        return f"not a billing export this tool understands: no column of a known format (columns: {sample}; formats: {known})"
+    (_, found), f, lower = best
+    missing = f.missing_required(lower)
+    lacks = (f"lacks the required column{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing
+             else "lacks the columns that identify it")
+    return (f"not a billing export this tool understands: it most resembles {f.id} ({found} of its columns found) "
+            f"but {lacks} (columns: {sample}); {hint}")
 
 
 @dataclass
@@ -253,9 +489,100 @@ class MappedFile:
     fmt: fm.ExportFormat
     cols: dict[str, str]  # actual name -> type
     _names: dict[str, list[str]] | None = field(default=None, repr=False)
+    delimiter: str = ","  # CSV: sniffed from the header
+    decimal_comma: bool = False  # CSV: numbers written 1,5 / 1.234,56 (sniffed from the first MB)
+    day_first: bool = False  # slash dates read D/M (decided from whole columns by mapped_sql)
+
+    def __post_init__(self) -> None:
+        if self.kind != "csv":
+            return
+        head = read_head(self.path)
+        text = head.decode("utf-8-sig", errors="replace")
+        self.delimiter = sniff_delimiter(text)
+        if self.delimiter != ",":
+            self.decimal_comma = self._sniff_decimal_comma(text, complete=len(head) < SNIFF_BYTES)
 
     def reader(self) -> str:
-        return reader_sql(self.path, self.kind, list(self.cols))
+        return reader_sql(self.path, self.kind, list(self.cols), self.delimiter)
+
+    def _positions(self, kind: str) -> list[tuple[int, str]]:
+        """(index in the header, actual name) of the columns declared with this kind."""
+        index = {a: i for i, a in enumerate(self.cols)}
+        every = self.all_by_name()
+        return [(index[a], a) for name, k in self.declared().items() if k == kind for a in every.get(name.lower(), [])]
+
+    def _sniff_decimal_comma(self, text: str, complete: bool) -> bool:
+        """True when the numbers in the sample use a decimal comma; refuses a sample that mixes both marks."""
+        cols = self._positions(fm.NUM)
+        comma = point = None
+        for r, rec in enumerate(sample_records(text, self.delimiter, complete), start=1):
+            for i, actual in cols:
+                v = rec[i].strip() if i < len(rec) else ""
+                if comma is None and _COMMA_NUMBER.fullmatch(v):
+                    comma = (v, r, actual)
+                elif point is None and _POINT_NUMBER.fullmatch(v) and not _THOUSANDS.fullmatch(v):
+                    point = (v, r, actual)
+            if comma and point:
+                sep = DELIMITER_NAMES[self.delimiter]
+                raise InputError(
+                    self.display,
+                    f"{sep}-delimited file whose numbers mix a decimal comma ({comma[0]!r} on row {comma[1]}, column "
+                    f"{self.shown(comma[2])!r}) and a decimal point ({point[0]!r} on row {point[1]}, column "
+                    f"{self.shown(point[2])!r}); re-export it with one decimal mark")
+        return comma is not None
+
+    def decide_day_first(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Read ambiguous slash dates (1/2/2026) the way the whole file's unambiguous ones say.
+
+        A value whose first part is over 12 makes the file D/M, one whose second part is over 12 M/D; both refuse,
+        naming the two rows.  Only files whose sample holds slash dates pay for the scan of their date columns.
+        """
+        cols = [a for _, a in self._positions(fm.TIME) if self.cols[a] not in ("TIMESTAMP", "TIMESTAMP WITH TIME ZONE")]
+        if not cols:
+            return
+        if self.kind == "csv":
+            head = read_head(self.path)
+            index = {a: i for i, a in enumerate(self.cols)}
+            recs = sample_records(head.decode("utf-8-sig", errors="replace"), self.delimiter, len(head) < SNIFF_BYTES)
+            slash = any("/" in rec[index[a]] for rec in recs for a in cols if index[a] < len(rec))
+        else:
+            probe = " OR ".join(f"contains(CAST(raw.{ident(a)} AS VARCHAR), '/')" for a in cols)
+            try:
+                with side_connection(con) as side:
+                    slash = bool(side.execute(f"SELECT count(*) FROM (SELECT * FROM {self.reader()} AS raw LIMIT 1000) "
+                                              f"AS raw WHERE {probe}").fetchone()[0])  # type: ignore[index]
+            except duckdb.Error:
+                return
+        if not slash:
+            return
+        parts = []
+        for a in cols:
+            v = f"trim(CAST(raw.{ident(a)} AS VARCHAR))"
+            first, second = (f"TRY_CAST(regexp_extract({v}, '^([0-9]{{1,2}})/([0-9]{{1,2}})/', {n}) AS INTEGER)" for n in (1, 2))
+            for part in (f"{first} > 12 AND {second} <= 12", f"{second} > 12 AND {first} <= 12"):  # 31/31: no evidence
+                parts.append(f"min(_row) FILTER (WHERE {part}), arg_min({v}, _row) FILTER (WHERE {part})")
+        row = "file_row_number + 1" if self.kind == "parquet" else "row_number() OVER ()"
+        try:
+            with side_connection(con) as side:
+                got = side.execute(f"SELECT {', '.join(parts)} FROM (SELECT *, {row} AS _row FROM {self.reader()} AS raw) "
+                                   "AS raw").fetchone()
+        except duckdb.Error:  # an unreadable file: the read that follows reports it
+            return
+        assert got is not None
+        day: tuple[int, str, str] | None = None
+        month: tuple[int, str, str] | None = None
+        for k, a in enumerate(cols):
+            r1, v1, r2, v2 = got[4 * k: 4 * k + 4]
+            if r1 is not None and (day is None or r1 < day[0]):
+                day = (int(r1), str(v1), a)
+            if r2 is not None and (month is None or r2 < month[0]):
+                month = (int(r2), str(v2), a)
+        if day and month:
+            raise InputError(
+                self.display,
+                f"dates in both day/month orders: {day[1]!r} (row {day[0]}, column {self.shown(day[2])!r}) is day first, "
+                f"{month[1]!r} (row {month[0]}, column {self.shown(month[2])!r}) month first; re-export with one date format")
+        self.day_first = day is not None
 
     def by_name(self) -> dict[str, str]:
         """Normalised (lower-case) name -> actual column name; the first of duplicates."""
@@ -301,6 +628,7 @@ class MappedFile:
         by_lower = self.by_name()
         declared = self.declared()
         missing = [n for n in self.fmt.required if n.lower() not in by_lower]
+        required = {n.lower() for n in self.fmt.required}
         if missing:
             raise InputError(self.display, f"required column missing for {self.fmt.id}", column=missing[0])
         parts = []
@@ -333,9 +661,14 @@ class MappedFile:
                 elif typ in NUMERIC_TYPES:  # a direct cast: NaN/Inf still fail, and are diagnosed
                     expr = f"CAST({ref} AS {schema.MONEY})"
                 else:
-                    expr = f"ba_num({ref})"
+                    expr = f"{'ba_num_dc' if self.decimal_comma else 'ba_num'}({ref})"
+                if name.lower() in required:  # a money column the format needs: no value is an error
+                    expr = f"ba_required({expr})"
             elif kind == fm.TIME:
-                expr = f"CAST({ref} AS TIMESTAMP)" if self.cols[actual] == "TIMESTAMP" else f"ba_ts({ref})"
+                if self.cols[actual] == "TIMESTAMP":
+                    expr = f"ba_window(CAST({ref} AS TIMESTAMP))"
+                else:
+                    expr = f"ba_ts({ref}{', day_first := true' if self.day_first else ''})"
             elif kind == fm.TEXT:
                 expr = f"CAST({ref} AS VARCHAR)"
             else:
@@ -348,6 +681,7 @@ class MappedFile:
     def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int) -> str:
         """SELECT producing every canonical column in schema order."""
         body = self.fmt.render(self.lower_cols())
+        self.decide_day_first(con)
         src = self.src_sql()
         try:
             provided = {r[0] for r in con.execute(f"DESCRIBE WITH src AS ({src}) {body}").fetchall()}
@@ -393,35 +727,59 @@ class MappedFile:
 
 
 def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:
-    """After a failed read: find the first row and column that cannot be parsed."""
+    """After a failed read: find the first row and column that cannot be parsed, is implausible or is missing."""
+    with side_connection(con) as side:  # a probe that fails must not abort the caller's transaction
+        return _diagnose(side, mf, original)
+
+
+def _diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:
     by_lower = mf.by_name()
     declared = mf.declared()
+    required = {n.lower() for n in mf.fmt.required}
     row = "file_row_number + 1" if mf.kind == "parquet" else "row_number() OVER ()"
     for name, kind in declared.items():
         actual = by_lower.get(name.lower())
         if actual is None or kind not in (fm.NUM, fm.TIME):
             continue
-        if kind == fm.NUM and mf.cols[actual].startswith("DECIMAL"):
-            continue
-        if kind == fm.TIME and mf.cols[actual] == "TIMESTAMP":
-            continue
-        check = "ba_try_num" if kind == fm.NUM else "ba_try_ts"
+        typ = mf.cols[actual]
         ref = "raw." + ident(actual)
-        if mf.cols[actual] == "JSON":
+        if typ == "JSON":
             ref = f"json_extract_string({ref}, '$')"
-        sql = (
-            f"SELECT _row, v FROM (SELECT {row} AS _row, CAST({ref} AS VARCHAR) AS v, {check}({ref}) AS p "
-            f"FROM {mf.reader()} AS raw) WHERE v IS NOT NULL AND trim(v) <> '' AND p IS NULL "
-            "ORDER BY _row LIMIT 1"
-        )
-        try:
-            hit = con.execute(sql).fetchone()
-        except duckdb.Error:
-            continue
-        if hit:
-            what = "a number" if kind == fm.NUM else "a date"
-            shown = hit[1] if len(hit[1]) <= 60 else hit[1][:57] + "..."
-            return InputError(mf.display, f"cannot read {shown!r} as {what}", row=int(hit[0]), column=mf.shown(actual))
+        checks: list[tuple[str, str]] = []  # (condition on the raw value v and the parsed value p, message)
+        if kind == fm.NUM:
+            if typ.startswith("DECIMAL"):
+                parsed = ref
+            elif typ in NUMERIC_TYPES:
+                # in a CASE: DuckDB's statistics otherwise prove TRY_CAST(double) never NULL, missing NaN
+                parsed = f"CASE WHEN {ref} IS NULL THEN NULL ELSE TRY_CAST(CAST({ref} AS VARCHAR) AS {schema.MONEY}) END"
+                checks.append(("v IS NOT NULL AND p IS NULL", "cannot read {v} as a number"))
+            else:
+                parsed = f"{'ba_try_num_dc' if mf.decimal_comma else 'ba_try_num'}({ref})"
+                dc = " (the file writes numbers with a decimal comma)" if mf.decimal_comma else ""
+                checks.append(("NOT ba_isnull(v) AND p IS NULL", "cannot read {v} as a number" + dc))
+            if name.lower() in required:
+                checks.append(("p IS NULL", "no value ({v}) in a column " + mf.fmt.id + " requires (empty, NULL and NaN are none)"))
+        else:
+            if typ == "TIMESTAMP":
+                parsed = f"CAST({ref} AS TIMESTAMP)"
+            else:
+                parsed = f"ba_try_ts({ref}{', day_first := true' if mf.day_first else ''})"
+                checks.append(("NOT ba_isnull(v) AND p IS NULL", "cannot read {v} as a date"))
+            checks.append(("NOT ba_in_window(p)", f"the date {{v}} is implausible (before {EARLIEST_DATE} or more than a "
+                                                  "year from today): a misread year?"))
+        for cond, message in checks:
+            sql = (
+                f"SELECT _row, v FROM (SELECT {row} AS _row, CAST({ref} AS VARCHAR) AS v, {parsed} AS p "
+                f"FROM {mf.reader()} AS raw) WHERE {cond} ORDER BY _row LIMIT 1"
+            )
+            try:
+                hit = con.execute(sql).fetchone()
+            except duckdb.Error:
+                continue
+            if hit:
+                v = "" if hit[1] is None else hit[1]
+                shown = v if len(v) <= 60 else v[:57] + "..."
+                return InputError(mf.display, message.format(v=repr(shown)), row=int(hit[0]), column=mf.shown(actual))
     msg = explain_duckdb_error(original)
     m = re.search(r"CSV Error on Line: (\d+)", msg)
     if "unicode" in msg.lower() or "utf-8" in msg.lower():

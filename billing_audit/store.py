@@ -259,7 +259,10 @@ class Store:
         for d in deliveries:
             self._complete(d, report)
             try:
-                self._ingest_delivery(d, report, progress)
+                try:
+                    self._ingest_delivery(d, report, progress)
+                except _LineEndings:  # a quirk past the sniffed first MB: again, from normalised copies
+                    self._ingest_delivery(d, report, progress, rewrite=True)
             except InputError as e:
                 report.errors.append(e)
                 for f in d.files:
@@ -317,7 +320,7 @@ class Store:
         row = self.con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM deliveries").fetchone()
         return int(row[0]) if row else 1
 
-    def _ingest_delivery(self, d: Delivery, report: IngestReport, progress: Progress | None) -> None:
+    def _ingest_delivery(self, d: Delivery, report: IngestReport, progress: Progress | None, rewrite: bool = False) -> None:
         fps = d.fingerprints(self._known_fingerprint)
         combined = d.combined_fingerprint()
         skip = self._already_seen(d, combined)
@@ -336,7 +339,7 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for f in d.files:
-                with readable(f) as parts:
+                with readable(f, rewrite=rewrite) as parts:
                     for local, display in parts:
                         kind = file_kind(local)
                         cols = probe_columns(con, local, display, kind)
@@ -344,7 +347,7 @@ class Store:
                         if not d.export:  # a delivery no manifest describes: the export its layout says, else its own
                             d.export = fmt.export_of(f) or d.key
                         mf = MappedFile(local, display, kind, fmt, cols)
-                        fp = _part_fp(fps[f], display, local == f)
+                        fp = _part_fp(fps[f], display, display == str(f))
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
                         # a very wide file (thousands of tag columns) holds ~32 KiB per column in each
                         # stage of the read, whatever its length: one thread, and (unless the limit was
@@ -365,6 +368,8 @@ class Store:
                             if any(w in str(e) for w in ("No space left", "File too large")):  # disk full
                                 raise BillingAuditError(f"{self.path}: writing the store failed ({e}); "
                                                         "nothing of this delivery was stored") from None
+                            if kind == "csv" and not rewrite and "state machine reached an invalid state" in str(e):
+                                raise _LineEndings from None
                             raise diagnose(con, mf, e) from None
                         finally:
                             if saved:
@@ -649,6 +654,10 @@ class Store:
     def totals_by_file(self) -> dict[str, Decimal]:
         rows = self.con.execute("SELECT x_SourceFile, sum(BilledCost) FROM line_items GROUP BY 1").fetchall()
         return {r[0]: r[1] for r in rows}
+
+
+class _LineEndings(Exception):
+    """DuckDB's CSV state machine failed: line endings the first-MB sniff did not see; retried normalised."""
 
 
 def _part_fp(file_fp: str, display: str, whole: bool) -> str:

@@ -141,10 +141,17 @@ def test_a_50_mb_field(db: Path, tmp_path: Path) -> None:
             == [(len(big),), (9,)]
 
 
-@pytest.mark.parametrize("cost", ["1,234.56", "N/A", "NaN", "Infinity", "-inf", "12 USD", "1.2.3"])
+@pytest.mark.parametrize("cost", ["1,234.56", "N/A", "Infinity", "-inf", "12 USD", "1.2.3"])
 def test_unreadable_costs(seeded: Path, tmp_path: Path, cost: str) -> None:
     path = put(tmp_path, "cost.csv", csv_text([row(), row(cost=cost)]))
     assert_refused(seeded, path, repr(cost), "as a number", row=2, column="lineItem/UnblendedCost")
+
+
+@pytest.mark.parametrize("cost", ["", "NULL", "null", "NaN"])
+def test_no_value_in_a_required_money_column(seeded: Path, tmp_path: Path, cost: str) -> None:
+    """NULL words read as NULL; in the cost the format requires that is still an error naming file, row and column."""
+    path = put(tmp_path, "cost.csv", csv_text([row(), row(cost=cost)]))
+    assert_refused(seeded, path, f"no value ({cost!r})", "aws-cur requires", row=2, column="lineItem/UnblendedCost")
 
 
 def test_nan_and_inf_in_parquet(seeded: Path, tmp_path: Path) -> None:

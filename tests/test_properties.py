@@ -163,3 +163,114 @@ def test_row_order_and_ingest_order_change_no_report(seed: int, tmp_path_factory
         shuffled.append(out.parent)
     rng.shuffle(shuffled)
     assert _report_numbers(shuffled, tmp / "shuffled.duckdb") == reference
+
+
+# -- no input reaches a traceback: every CSV fixture (and some parquet/json), mutated, through the CLI ----------
+
+FUZZ_TEXT = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".csv", ".csv.gz")))
+FUZZ_BINARY = [next(FIXTURES.glob("aws/cur-legacy-parquet/**/*.parquet")), next(FIXTURES.glob("gcp/**/*.json*"))]
+MUTATIONS = ("crlf", "lf", "cr", "mixed-eol", "semicolon", "tab", "bom", "no-bom", "null-cells", "truncate",
+             "shuffle-columns", "flip-byte")
+
+
+def _mutate_text(data: bytes, how: str, rng: random.Random) -> bytes:
+    bom = b"\xef\xbb\xbf"
+    if how in ("crlf", "lf", "cr", "mixed-eol"):
+        lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        ends = {"crlf": [b"\r\n"], "lf": [b"\n"], "cr": [b"\r"], "mixed-eol": [b"\r\n", b"\n", b"\r"]}[how]
+        return b"".join(ln + rng.choice(ends) for ln in lines[:-1]) + lines[-1]
+    if how in ("semicolon", "tab"):
+        return data.replace(b",", b";" if how == "semicolon" else b"\t")
+    if how == "bom":
+        return bom + data
+    if how == "no-bom":
+        return data.removeprefix(bom)
+    if how == "null-cells":
+        lines = data.split(b"\n")
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
+            cells = lines[i].split(b",")
+            cells[rng.randrange(len(cells))] = rng.choice([b"NULL", b"null", b"NaN", b""])
+            lines[i] = b",".join(cells)
+        return b"\n".join(lines)
+    if how == "truncate":
+        last = data.rstrip(b"\r\n").rfind(b"\n")
+        return data[: rng.randint(max(last, 0), len(data))]
+    if how == "shuffle-columns":
+        text = data.decode("utf-8", errors="replace")
+        recs = list(csv.reader(io.StringIO(text, newline="")))
+        if not recs:
+            return data
+        order = list(range(len(recs[0])))
+        rng.shuffle(order)
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([[r[i] for i in order if i < len(r)] for r in recs])
+        return buf.getvalue().encode()
+    return _flip(data, rng)
+
+
+def _flip(data: bytes, rng: random.Random) -> bytes:
+    if not data:
+        return data
+    i = rng.randrange(len(data))
+    return data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
+
+
+@pytest.fixture(scope="module")
+def seeded_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("fuzz") / "seed.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([FIXTURES / "focus" / "gcp-focus-1.0"]).errors
+    return db
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(which=st.integers(0, len(FUZZ_TEXT) + len(FUZZ_BINARY) - 1),
+       hows=st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3), seed=st.integers(0, 2**32 - 1),
+       gz=st.booleans())
+def test_no_input_reaches_a_traceback(seeded_store: Path, which: int, hows: list[str], seed: int, gz: bool) -> None:
+    """``ingest`` on a mutated export exits 0 or 2; on 2 one ``error:`` line names the file and the store is as it was."""
+    import gzip
+    import shutil
+
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+    from support import dump_line_items
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "store.duckdb"
+        shutil.copy(seeded_store, db)
+        folder = Path(tmp) / "in"
+        folder.mkdir()
+        if which < len(FUZZ_TEXT):
+            src = FUZZ_TEXT[which]
+            data = src.read_bytes()
+            if src.name.endswith(".gz"):
+                data = gzip.decompress(data)
+            for how in hows:
+                data = _mutate_text(data, how, rng)
+            path = folder / ("export.csv.gz" if gz else "export.csv")
+            path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+        else:
+            src = FUZZ_BINARY[which - len(FUZZ_TEXT)]
+            data = src.read_bytes()
+            for how in hows:
+                data = _flip(data, rng) if how != "truncate" else data[: rng.randrange(len(data))]
+            path = folder / src.name
+            path.write_bytes(data)
+        with billing_audit.open(db) as store:
+            before = (store.summary().rows(), dump_line_items(store.con))
+        r = CliRunner().invoke(main, ["ingest", str(path), "--db", str(db)])
+        assert r.exception is None or isinstance(r.exception, SystemExit), (src, hows, r.output)
+        assert "Traceback" not in r.output
+        assert r.exit_code in (0, 2), r.output
+        if r.exit_code == 2:
+            lines = r.output.strip().splitlines()
+            errors = [ln for ln in lines if ln.startswith("error: ")]
+            assert errors and all(str(path) in ln for ln in errors), (src, hows, r.output)
+            assert all(ln.startswith("error: ") for ln in lines[:-1]), ("one line per error", src, hows, r.output)
+            with billing_audit.open(db) as store:
+                assert (store.summary().rows(), dump_line_items(store.con)) == before
