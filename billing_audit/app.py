@@ -192,6 +192,7 @@ class TagResult:
     hits: int
     scans: int | None = None  # local: scans of line_items
     engine_run: EngineRun | None = None
+    failed: list[BillingAuditError] = field(default_factory=list)  # user rules that failed: skipped, others stored
 
 
 def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
@@ -229,7 +230,8 @@ def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (
         result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
     by_id = {r.id: r for r in chosen}
     rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
-    return TagResult(engine, result.run_id, chosen, rows, int(result.hits), scans=result.scans)
+    return TagResult(engine, result.run_id, chosen, rows, int(result.hits), scans=result.scans,
+                     failed=list(result.failed))
 
 
 # -- report and export --------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import polars as pl
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import COST_BASES, UNATTRIBUTED, prepare
+from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, prepare
 from billing_audit.store import PERIOD, Store
 
 MONEY_FIELDS = [
@@ -189,15 +189,10 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         load_run(con, engine_run)
         return _build(store, cfg, period, cost_basis, [], store.sql(
             "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"))
-    if not store._has_table("rule_hits"):
-        raise BillingAuditError("the store has not been tagged yet: run `billing-audit tag` (or `billing-audit audit`)")
-    if not store._has_table("line_categories"):  # stores tagged before the view existed
-        from billing_audit.tagging import LINE_CATEGORY_VIEW
-
-        con.execute(LINE_CATEGORY_VIEW)
-    warnings = _staleness(con)
+    if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
+        raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
     prepare(con, cfg, period, cost_basis)
-    return _build(store, cfg, period, cost_basis, warnings, _rules_fired(store, period))
+    return _build(store, cfg, period, cost_basis, [], _rules_fired(store, period))
 
 
 def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
@@ -355,12 +350,3 @@ def store_periods(store: Store) -> list[str]:
     rows = store.con.execute("SELECT DISTINCT strftime(BillingPeriodStart, '%Y-%m') AS p FROM slices WHERE rows > 0 "
                              "ORDER BY p").fetchall()
     return [r[0] for r in rows if r[0]]
-
-
-def _staleness(con: duckdb.DuckDBPyConnection) -> list[str]:
-    row = con.execute(
-        "SELECT (SELECT max(started_at) FROM tag_runs), (SELECT max(ingested_at) FROM deliveries WHERE status = 'current')"
-    ).fetchone()
-    if row and row[0] and row[1] and row[1] > row[0]:
-        return ["exports were ingested after the last tag run: run `billing-audit tag` for current findings"]
-    return []

@@ -135,6 +135,43 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
     return groups, keys
 
 
+def lines_signature(con: duckdb.DuckDBPyConnection) -> str:
+    """What the lines stored now are, cheaply: how many, and which delivery holds how many lines of each slice
+    (every ingest that changes the lines changes ``slices``; nothing scans ``line_items``).  A tag run records
+    it; a report needs the latest tag run's to equal the store's."""
+    row = con.execute("SELECT count(*) FROM line_items").fetchone()
+    n = int(row[0]) if row else 0
+    has_slices = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = 'slices'").fetchone()
+    digest = 0
+    if has_slices and has_slices[0]:
+        row = con.execute("SELECT hash(list((ingest_id, x_Provider, BillingAccountId, BillingPeriodStart, rows, export) "
+                          "ORDER BY ALL)) FROM slices").fetchone()
+        digest = int(row[0]) if row and row[0] is not None else 0
+    return f"{n}:{digest}"
+
+
+NO_TAG_RUN = "no completed tag run of the lines in the store: run `billing-audit tag`"
+
+
+def completed_tag_run(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The latest tag run, when it completed over exactly the lines stored now (else None: report nothing).
+
+    A tag run writes its hits, its ``tag_runs`` row (with the lines' signature), the line groups and the search
+    index in one transaction, so a run that failed or was killed left no row; an ingest that changed the lines
+    since changes the signature."""
+    have = con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = 'tag_runs' AND column_name = 'lines_sig'").fetchone()
+    if not have or not have[0]:
+        return None
+    row = con.execute("SELECT run_id, lines_sig FROM tag_runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    if row is None or row[1] != lines_signature(con):
+        return None
+    return int(row[0])
+
+
 def drop_groups(con: duckdb.DuckDBPyConnection) -> None:
     """Lines changed: the groups no longer describe them."""
     for t in ("line_groups", "line_group_keys", "line_groups_meta", "search_index", "search_texts"):

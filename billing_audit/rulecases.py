@@ -113,7 +113,9 @@ def run_case(rule: Rule, case: CaseFile) -> tuple[set[str], set[str]]:
                     f"INSERT INTO line_items ({', '.join(chr(34) + c + chr(34) for c in cols)}) VALUES ({placeholders})",
                     values,
                 )
-            store.tag([rule], case.params)
+            result = store.tag([rule], case.params)
+            if result.failed:
+                raise result.failed[0]
             hit = {row[0] for row in store.con.execute("SELECT x_LineItemId FROM rule_hits").fetchall()}
         finally:
             store.close()
@@ -147,7 +149,9 @@ def check_rules(dirs: list[Path]) -> tuple[int, list[str]]:
         try:
             for rule in ruleset.rules:
                 try:
-                    store.tag([rule])  # binds against the real schema and runs on an empty store
+                    tagged = store.tag([rule])  # binds against the real schema and runs on an empty store
+                    if tagged.failed:
+                        raise tagged.failed[0]
                 except BillingAuditError as e:
                     failures += 1
                     lines.append(f"FAIL {rule.id} {e}")

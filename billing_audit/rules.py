@@ -18,6 +18,7 @@ import sqlglot
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope
 
 from billing_audit.errors import BillingAuditError
 from billing_audit.registry import providers
@@ -51,11 +52,15 @@ MAX_RULE_BYTES = 256 * 1024
 # Relations a rule may read besides its own CTEs.
 READABLE = {"line_items", "checkpoint_resources"}
 
-# Functions that reach outside the store.  The sandbox connection refuses file
-# access anyway; refusing by name gives a clearer message earlier.
+# Functions that reach outside the rule's rows: files, the environment, the session's settings, variables and
+# query text, the catalog, secrets, the log, or SQL run from a string.  The rule's connection refuses file access
+# and sees only line_items and checkpoint_resources anyway; refusing by name says why, earlier.
 FORBIDDEN_FUNCTIONS = re.compile(
     r"^(read_\w+|parquet_\w+|sniff_csv|glob|query|query_table|getenv|iceberg_\w+|delta_scan|"
-    r"sqlite_\w+|postgres_\w+|mysql_\w+|duckdb_\w+|pragma_\w+|load_\w+|install_\w+|\w*_scan|system)$",
+    r"sqlite_\w+|postgres_\w+|mysql_\w+|duckdb_\w+|pragma_\w+|load_\w+|install_\w+|\w*_scan|system|"
+    r"current_setting|getvariable|current_query|current_database|current_catalog|current_schemas?|in_search_path|"
+    r"which_secret|json_execute_serialized_sql|write_log|\w*_logging|truncate_duckdb_logs|checkpoint|force_checkpoint|"
+    r"enable_\w+|disable_\w+|\w*_grammar_extension|sql_auto_complete|test_all_types|summary)$",
     re.IGNORECASE,
 )
 
@@ -152,6 +157,38 @@ def _line_of_key(text: str, key: str, start_line: int) -> int:
     return start_line
 
 
+MAX_PARAM_SIZE = 10_000  # characters and list items a parameter's default may hold, counted through nesting
+MAX_PARAM_DEPTH = 4
+
+
+class _AliasRefused(Exception):
+    def __init__(self, line: int, reason: str):
+        self.line = line
+        self.reason = reason
+
+
+class _HeaderLoader(yaml.SafeLoader):  # type: ignore[misc]  # (yaml is untyped here)
+    """YAML for rule headers: no anchors, no aliases (a 600-byte alias bomb expands to gigabytes)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            kind = "aliases (*name)" if isinstance(event, yaml.AliasEvent) else "anchors (&name)"
+            raise _AliasRefused(event.start_mark.line, f"YAML {kind} are not allowed in a rule header")
+        return super().compose_node(parent, index)
+
+
+def _value_size(value: Any, depth: int = 0) -> int:
+    """How big a parameter value is: characters of its scalars plus items of its lists and mappings."""
+    if depth > MAX_PARAM_DEPTH:
+        return MAX_PARAM_SIZE + 1
+    if isinstance(value, (list, tuple)):
+        return len(value) + sum(_value_size(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return len(value) + sum(_value_size(k, depth + 1) + _value_size(v, depth + 1) for k, v in value.items())
+    return len(str(value)) if value is not None else 0
+
+
 def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
     """Read and validate one rule file (header and SQL safety); raises RuleError."""
     try:
@@ -165,7 +202,9 @@ def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
         raise RuleError(path, 1, "a rule file starts with a /* ... */ block holding its YAML header")
     header_line = text[: m.start("yaml")].count("\n") + 1
     try:
-        raw = yaml.safe_load(m.group("yaml"))
+        raw = yaml.load(m.group("yaml"), Loader=_HeaderLoader)  # noqa: S506 (a SafeLoader that refuses aliases)
+    except _AliasRefused as e:
+        raise RuleError(path, header_line + e.line, e.reason) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = header_line + mark.line if mark is not None else header_line
@@ -191,6 +230,12 @@ def parse_rule_file(path: Path, *, builtin: bool = False) -> Rule:
         else:
             reason = f"header key {'.'.join(loc)!r}: {err['msg']}"
         raise RuleError(path, line, reason) from None
+    for name, p in meta.params.items():
+        size = _value_size(p.default)
+        if size > MAX_PARAM_SIZE:
+            raise RuleError(path, _line_of_key(m.group("yaml"), name, header_line),
+                            f"parameter {name!r}: its default is too large ({size:,} values or characters; "
+                            f"at most {MAX_PARAM_SIZE:,})")
     if not path.name.startswith(meta.id):
         raise RuleError(path, _line_of_key(m.group("yaml"), "id", header_line),
                         f"file name must start with the rule id {meta.id!r} (e.g. {meta.id}_{meta.name.replace('.', '_')}.sql)")
@@ -218,7 +263,7 @@ def check_sql(rule: Rule) -> exp.Expr:
     if not isinstance(tree, exp.Query):
         kind = type(tree).__name__.upper()
         raise RuleError(path, line, f"only a read-only SELECT is allowed, not {kind}")
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    cte_refs = _cte_references(rule, tree)
     for node in tree.walk():
         if isinstance(node, (exp.DDL, exp.DML, exp.Command, exp.Pragma, exp.Set, exp.Copy, exp.Attach, exp.Install)):
             raise RuleError(path, line, f"only a read-only SELECT is allowed, not {type(node).__name__.upper()}")
@@ -231,14 +276,17 @@ def check_sql(rule: Rule) -> exp.Expr:
             name = node.name.lower()
             if node.args.get("db") or node.args.get("catalog"):
                 raise RuleError(path, line, f"rules may not name other schemas or databases ({node.sql()})")
-            if name not in READABLE and name not in ctes:
+            if name not in READABLE and id(node) not in cte_refs:
                 hint = difflib.get_close_matches(name, sorted(READABLE), n=1)
                 extra = f" (did you mean {hint[0]!r}?)" if hint else ""
                 raise RuleError(path, _line_for(rule, node.name),
                                 f"unknown table {node.name!r}{extra}: rules read {', '.join(sorted(READABLE))}")
         if isinstance(node, exp.Func):
-            fname = node.sql_name() if not isinstance(node, exp.Anonymous) else str(node.this)
-            if FORBIDDEN_FUNCTIONS.match(fname):
+            # the name sqlglot knows it by, and the name DuckDB will be asked to run
+            names = [node.sql_name() if not isinstance(node, exp.Anonymous) else node.name,
+                     node.sql(dialect="duckdb").split("(")[0].strip().strip('"')]
+            fname = next((n for n in names if FORBIDDEN_FUNCTIONS.match(n)), "")
+            if fname:
                 raise RuleError(path, _line_for(rule, fname + "("),
                                 f"function {fname.lower()}() is not allowed in rules (it reaches outside the store)")
     outputs = {e.alias_or_name.lower() for e in _outputs(tree)}
@@ -253,6 +301,17 @@ def check_sql(rule: Rule) -> exp.Expr:
     if any(isinstance(p, exp.Placeholder) and not p.name for p in tree.find_all(exp.Placeholder)):
         raise RuleError(path, line, "use named parameters ($name), not positional ones")
     return tree
+
+
+def _cte_references(rule: Rule, tree: exp.Expr) -> set[int]:
+    """The table references (by node id) that name a CTE visible where they stand.  A CTE's name is only in scope
+    in its own query: ``(WITH ingest_log AS (...) SELECT ...)`` inside a subquery does not make ``ingest_log``
+    elsewhere in the rule mean the CTE (there it would be the store's table)."""
+    try:
+        scopes = traverse_scope(tree)
+    except Exception:  # a query whose scopes sqlglot cannot follow is not a query we can vouch for
+        raise RuleError(rule.path, rule.sql_line, "the query's table references cannot be analysed") from None
+    return {id(t) for sc in scopes for t in sc.tables if t.name in sc.cte_sources and not t.args.get("db")}
 
 
 def _line_for(rule: Rule, needle: str) -> int:

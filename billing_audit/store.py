@@ -604,23 +604,37 @@ class Store:
         params: dict[str, Any] | None = None,
         checkpoint: dict[str, Any] | None = None,
     ) -> Any:
-        """Run rules (default: the built-in pack) and record their hits in ``rule_hits``.
+        """Run rules (default: the built-in pack) and record their hits in ``rule_hits``, in one transaction.
 
-        The rules run on a sandboxed connection (no file or network access); the
-        store's own connection is closed meanwhile and reopened afterwards.
+        Built-in rules run fused on a sandboxed connection (no file or network access); every other rule is
+        untrusted and runs first, in its own child process with its memory, time and disk bounded, over a
+        read-only view of the store (:func:`billing_audit.tagging.run_user_rule`).  A user rule that fails is
+        in the result's ``failed`` and skipped; the other rules' hits are stored.  The store's own connection is
+        closed meanwhile and reopened afterwards.
         """
+        import tempfile
+
+        from billing_audit.rollup import lines_signature
         from billing_audit.rules import load_rules
-        from billing_audit.tagging import run_rules, sandbox
+        from billing_audit.tagging import run_rules, run_user_rule, sandbox
 
         chosen = list(rules) if rules is not None else load_rules().rules
         params = {**checkpoint_params(chosen, checkpoint), **(params or {})}
+        for name in params:
+            if not any(name in r.meta.params for r in chosen):
+                raise BillingAuditError(f"--param {name}: no selected rule has a parameter called {name!r}")
+        trusted = [r for r in chosen if r.builtin]
+        untrusted = [r for r in chosen if not r.builtin]
+        sig = lines_signature(self.con) if untrusted else None
         self.con.close()
         try:
-            box = sandbox(str(self.path))
-            try:
-                return run_rules(box, chosen, params, checkpoint)
-            finally:
-                box.close()
+            with tempfile.TemporaryDirectory(prefix="ba-rules-") as work:
+                runs = [run_user_rule(str(self.path), r, params, checkpoint, Path(work)) for r in untrusted]
+                box = sandbox(str(self.path))
+                try:
+                    return run_rules(box, trusted, params, checkpoint, runs, sig)
+                finally:
+                    box.close()
         finally:
             self._connect()
 

@@ -8,6 +8,7 @@ cost one scan of ``line_items``; any other rule runs on its own.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 import duckdb
@@ -23,7 +25,7 @@ from sqlglot import exp
 
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import build_groups
+from billing_audit.rollup import build_groups, lines_signature
 from billing_audit.rules import CATEGORIES, Rule, RuleError
 from billing_audit.sql import lit
 
@@ -60,15 +62,125 @@ DEFAULT_CHECKPOINT = {
 
 
 @dataclass
+class RuleRun:
+    """One untrusted rule's bounded run in its child process (:mod:`billing_audit.rulebox`)."""
+
+    rule: Rule
+    hits_file: Path | None  # the DuckDB file holding its hits (x_LineItemId, reason), when it succeeded
+    rows: int = 0
+    error: RuleError | None = None
+    peak_rss: int = 0  # the child's peak resident memory, bytes
+    seconds: float = 0.0
+
+
+@dataclass
 class TagResult:
     run_id: int
-    rules: list[str]
+    rules: list[str]  # the rules whose hits this run recorded
     hits_by_rule: dict[str, int] = field(default_factory=dict)
     scans: int = 0  # queries over line_items that were run
+    failed: list[RuleError] = field(default_factory=list)  # user rules that failed: reported, skipped
+    bounded: dict[str, RuleRun] = field(default_factory=dict)  # the user rules' bounded runs, by rule id
 
     @property
     def hits(self) -> int:
         return sum(self.hits_by_rule.values())
+
+
+def _size(value: str) -> int:
+    """'1536MB', '2GB', '1.5GiB', '800000000' as bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?B)?\s*", value, re.IGNORECASE)
+    if not m:
+        raise BillingAuditError(f"cannot read {value!r} as a size (e.g. 1536MB, 2GB)")
+    scale = 1024 ** " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * scale)
+
+
+@dataclass(frozen=True)
+class RuleLimits:
+    """What bounds one user rule's run: wall time (binding included), address space, spill to disk."""
+
+    timeout: float
+    memory: int  # bytes of address space (RLIMIT_AS) for the child running the rule
+    disk: int  # bytes DuckDB may spill to its temp directory
+
+    @classmethod
+    def from_env(cls) -> RuleLimits:
+        return cls(float(os.environ.get("BILLING_AUDIT_RULE_TIMEOUT", "600")),
+                   _size(os.environ.get("BILLING_AUDIT_RULE_MEMORY", "1536MB")),
+                   _size(os.environ.get("BILLING_AUDIT_RULE_DISK", "2GB")))
+
+
+def run_user_rule(store: str, rule: Rule, params: dict[str, Any], checkpoint: dict[str, Any] | None,
+                  workdir: Path, limits: RuleLimits | None = None) -> RuleRun:
+    """Run one untrusted rule in a child process over a read-only view of the store (see
+    :mod:`billing_audit.rulebox`): memory capped, time bounded from before binding, spill bounded.  The store
+    must not be open read-write meanwhile.  Never raises for the rule's own failure: ``RuleRun.error`` says it."""
+    import json
+    import subprocess
+    import sys
+
+    from billing_audit import rulebox
+
+    lim = limits or RuleLimits.from_env()
+    folder = workdir / rule.id
+    folder.mkdir(parents=True)
+    (folder / "tmp").mkdir()
+    threads = int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))
+    spec = {
+        "store": str(Path(store).resolve()), "out": str(folder / "hits.duckdb"), "result": str(folder / "result.json"),
+        "temp_dir": str(folder / "tmp"), "max_temp": f"{lim.disk // (1 << 20)}MiB",
+        "mem_bytes": lim.memory, "memory_limit": f"{max(64, lim.memory // 3 // (1 << 20))}MiB", "threads": threads,
+        "lock_timeout": float(os.environ.get("BILLING_AUDIT_LOCK_TIMEOUT", "10")),
+        "checkpoint_sql": checkpoint_sql(checkpoint), "sql": _renamed(rule).sql(dialect="duckdb"),
+        "params": _bind(rule, params),
+    }
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-I", rulebox.__file__], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(json.dumps(spec, default=str).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    status, usage = 0, None
+    timed_out = False
+    while True:  # wait4, not Popen.wait: its resource usage is this child's peak memory
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - started > lim.timeout:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            timed_out = True
+            break
+        time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode(errors="replace")[-2000:]
+    proc.stderr.close()
+    run = RuleRun(rule, None, peak_rss=(usage.ru_maxrss * 1024) if usage else 0,
+                  seconds=time.monotonic() - started)
+    mib = lim.memory // (1 << 20)
+    result: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        result = json.loads((folder / "result.json").read_text())
+    if timed_out:
+        run.error = RuleError(rule.path, rule.sql_line, f"the rule ran longer than {lim.timeout:g} s and was stopped "
+                              "(BILLING_AUDIT_RULE_TIMEOUT)")
+    elif result.get("ok"):
+        run.hits_file, run.rows = folder / "hits.duckdb", int(result.get("rows", 0))
+    elif result.get("kind") == "oom" or (not result and proc.returncode in (-6, -9, 134, 137)):
+        run.error = RuleError(rule.path, rule.sql_line, f"the rule needed more than its {mib} MiB of memory and was "
+                              f"stopped (BILLING_AUDIT_RULE_MEMORY): {result.get('error', 'killed')}")
+    elif result.get("kind") == "error":
+        run.error = _rule_error(rule, Exception(str(result.get("error"))))
+    elif result:
+        run.error = RuleError(rule.path, None, str(result.get("error")))
+    else:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit code {proc.returncode}"
+        run.error = RuleError(rule.path, rule.sql_line, f"the rule's process failed: {last}")
+    return run
 
 
 def sandbox(path: str) -> duckdb.DuckDBPyConnection:
@@ -123,25 +235,63 @@ def _renamed(rule: Rule) -> exp.Expression:
     return cast(exp.Expression, tree)  # a checked rule is one SELECT (sqlglot types parse results as Expr)
 
 
+# The only parts a fusable SELECT may have: a select list, FROM line_items and a WHERE.  A whitelist, so an argument
+# sqlglot adds or renames (it stores WITH as "with_" since sqlglot 30) can only make a rule run on its own.
+_FUSABLE_ARGS = {"expressions", "from_", "where"}
+# Anything below the select list or the WHERE that changes which rows exist or reads another relation.
+_NOT_FUSABLE = (exp.Query, exp.Subquery, exp.CTE, exp.With, exp.Table, exp.Join, exp.Lateral, exp.Unnest,
+                exp.Explode, exp.UDTF, exp.Window, exp.AggFunc, exp.Star)
+
+
+def _checkpoint_list(node: exp.Expr) -> bool:
+    """``(SELECT <column> FROM checkpoint_resources)`` as the list of an IN: uncorrelated, over the documented
+    relation only (no CTE, no other table, no alias), so it means the same inside the fused scan."""
+    if not isinstance(node, exp.Subquery) or not isinstance(node.parent, exp.In) or node.parent.args.get("query") is not node:
+        return False
+    q = node.this
+    if not isinstance(q, exp.Select) or any(v not in (None, False, [], "") for k, v in q.args.items()
+                                             if k not in ("expressions", "from_")):
+        return False
+    src = q.args.get("from_")
+    table = src.this if isinstance(src, exp.From) else None
+    return (isinstance(table, exp.Table) and isinstance(table.this, exp.Identifier)
+            and table.name.lower() == "checkpoint_resources" and not any(v for k, v in table.args.items() if k != "this")
+            and len(q.expressions) == 1 and isinstance(q.expressions[0], exp.Column) and not q.expressions[0].table)
+
+
 def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
-    """(condition, reason) when the rule is a plain filter over line_items."""
-    if not isinstance(tree, exp.Select) or tree.args.get("with"):
+    """(condition, reason) when the rule is, by its parsed meaning, ``SELECT x_LineItemId, <reason> FROM
+    line_items [WHERE <condition>]``: no CTE, no subquery, no set operation, exactly one table (``line_items``,
+    unaliased, unqualified), no join, lateral, unnest, window, aggregate, DISTINCT, GROUP BY, QUALIFY, ORDER or
+    LIMIT, and ``x_LineItemId`` the line's own column.  Only such a rule means the same inside the fused scan."""
+    if not isinstance(tree, exp.Select):
         return None
-    for key in ("joins", "group", "having", "qualify", "order", "limit", "offset", "distinct", "windows", "laterals"):
-        if tree.args.get(key):
-            return None
-    src = tree.args.get("from_") or tree.args.get("from")
-    if src is None or not isinstance(src.this, exp.Table) or src.this.name.lower() != "line_items" or src.this.alias:
+    if any(v not in (None, False, [], "") for k, v in tree.args.items() if k not in _FUSABLE_ARGS):
         return None
-    reason = None
-    for e in tree.expressions:
-        if e.alias_or_name.lower() == "reason":
-            reason = e.this if isinstance(e, exp.Alias) else e
-        if e.find(exp.Window) or e.find(exp.AggFunc):
-            return None
-    if reason is None:
+    src = tree.args.get("from_")
+    table = src.this if isinstance(src, exp.From) else None
+    if (not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier)
+            or table.name.lower() != "line_items" or table.alias or table.args.get("db") or table.args.get("catalog")
+            or any(v for k, v in table.args.items() if k != "this")):
         return None
     where = tree.args.get("where")
+    parts = list(tree.expressions) + ([where] if where is not None else [])
+    for part in parts:
+        if any(isinstance(n, _NOT_FUSABLE) and not _checkpoint_list(n) for n in part.walk(prune=_checkpoint_list)):
+            return None
+        for col in part.find_all(exp.Column):
+            if col.table and col.table.lower() != "line_items":
+                return None
+    reason = None
+    ident = None
+    for e in tree.expressions:
+        name = e.alias_or_name.lower()
+        if name == "reason":
+            reason = e.this if isinstance(e, exp.Alias) else e
+        elif name == "x_lineitemid":
+            ident = e
+    if reason is None or not (isinstance(ident, exp.Column) and ident.name.lower() == "x_lineitemid"):
+        return None
     cond = where.this if where is not None else exp.true()
     return cond, reason
 
@@ -183,38 +333,64 @@ def run_rules(
     rules: Sequence[Rule],
     params: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
+    user_runs: Sequence[RuleRun] = (),
+    expect_sig: str | None = None,
 ) -> TagResult:
-    """Run rules on a sandboxed connection and replace their previous hits, in one transaction."""
+    """Run the built-in (trusted) rules on a sandboxed connection and record their hits with the hits of the user
+    rules' bounded runs (``user_runs``, from :func:`run_user_rule`), replacing those rules' previous hits, in one
+    transaction with the tag run's row, the line groups and the search index.  A user rule that failed is reported
+    in ``failed`` and skipped.  ``expect_sig``: the lines' signature the user rules ran over."""
     params = params or {}
-    for name in params:
-        if not any(name in r.meta.params for r in rules):
-            raise BillingAuditError(f"--param {name}: no selected rule has a parameter called {name!r}")
-    for stmt in RULE_TABLES:
-        con.execute(stmt)
-    con.execute(LINE_CATEGORY_VIEW)
-    prepare(con, checkpoint)
-    for r in rules:
-        check_binds(con, r, params)
-    row = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM tag_runs").fetchone()
-    run_id = int(row[0]) if row else 1
-    result = TagResult(run_id=run_id, rules=[r.id for r in rules])
-    fused: list[tuple[Rule, exp.Expression, exp.Expression]] = []
-    alone: list[Rule] = []
-    for r in rules:
-        tree = _renamed(r)
-        parts = _fusable(tree)
-        if parts:
-            fused.append((r, *parts))
-        else:
-            alone.append(r)
-    # A rule is untrusted: a runaway query (a recursive CTE bomb, a cross join) is interrupted.
+    untrusted = [r.id for r in rules if not r.builtin]
+    if untrusted:
+        raise BillingAuditError(f"rules {', '.join(untrusted)} are not built-in: they run bounded (run_user_rule)")
+    ran_users = [u for u in user_runs if u.error is None]
+    # A rule is untrusted: a runaway query (a recursive CTE bomb, a cross join) is interrupted.  The timer starts
+    # before anything is bound: binding a rule's parameters is work too.
     timeout = float(os.environ.get("BILLING_AUDIT_RULE_TIMEOUT", "600"))
     timer = threading.Timer(timeout, con.interrupt)
     timer.daemon = True
     timer.start()
+    # Everything a tag run writes (tables, view, hits, its tag_runs row, line groups, search index) is written in
+    # this one transaction: a failure, a kill or a full disk leaves the store as it was, and `report` finds no
+    # completed run rather than an empty one.
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": [r.id for r in rules] or [""]})
+        for stmt in RULE_TABLES:
+            con.execute(stmt)
+        con.execute("ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS lines_sig VARCHAR")
+        con.execute(LINE_CATEGORY_VIEW)
+        prepare(con, checkpoint)
+        try:
+            for r in rules:
+                check_binds(con, r, params)
+        except RuleError as e:
+            if "INTERRUPT" in e.reason.upper():
+                raise BillingAuditError(f"binding the rules took longer than {timeout:g} s") from None
+            raise
+        sig = lines_signature(con)
+        if expect_sig is not None and sig != expect_sig:
+            raise BillingAuditError("the store's lines changed while the rules ran (another process ingested): "
+                                    "run `billing-audit tag` again")
+        row = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM tag_runs").fetchone()
+        run_id = int(row[0]) if row else 1
+        last = con.execute("SELECT lines_sig FROM tag_runs ORDER BY run_id DESC LIMIT 1").fetchone()
+        recorded = [r.id for r in rules] + [u.rule.id for u in ran_users]
+        result = TagResult(run_id=run_id, rules=recorded, failed=[u.error for u in user_runs if u.error is not None],
+                           bounded={u.rule.id: u for u in user_runs})
+        fused: list[tuple[Rule, exp.Expression, exp.Expression]] = []
+        alone: list[Rule] = []
+        for r in rules:
+            tree = _renamed(r)
+            parts = _fusable(tree)
+            if parts:
+                fused.append((r, *parts))
+            else:
+                alone.append(r)
+        if last is not None and last[0] != sig:
+            # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
+            con.execute("DELETE FROM rule_hits")
+        con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
         bound: dict[str, Any] = {"run_id": run_id}
         if fused:
             cases = []
@@ -253,14 +429,25 @@ def run_rules(
             except duckdb.Error as e:
                 raise _rule_error(r, e) from None
             result.scans += 1
+        for u in ran_users:  # the user rules' hits, from the files their bounded runs wrote
+            assert u.hits_file is not None
+            src = duckdb.connect(str(u.hits_file), read_only=True)
+            try:
+                con.register("ba_user_hits", src.sql("SELECT x_LineItemId, reason FROM hits").to_arrow_reader())
+                con.execute(f"INSERT INTO rule_hits SELECT x_LineItemId, {lit(u.rule.id)}, {lit(u.rule.category)}, "
+                            "reason, $run_id FROM ba_user_hits", {"run_id": run_id})
+                con.unregister("ba_user_hits")
+            finally:
+                src.close()
+            result.scans += 1
         counts = con.execute(
             "SELECT rule_id, count(*) FROM rule_hits WHERE run_id = ? GROUP BY 1", [run_id]
         ).fetchall()
-        result.hits_by_rule = {r.id: 0 for r in rules} | {k: int(v) for k, v in counts}
+        result.hits_by_rule = {rid: 0 for rid in recorded} | {k: int(v) for k, v in counts}
         con.execute(
-            "INSERT INTO tag_runs VALUES (?, ?, ?, ?, ?)",
-            [run_id, datetime.now(UTC).replace(tzinfo=None), [r.id for r in rules],
-             repr(sorted(params.items())), result.hits],
+            "INSERT INTO tag_runs (run_id, started_at, rules, params, hits, lines_sig) VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, datetime.now(UTC).replace(tzinfo=None), recorded,
+             repr(sorted(params.items())), result.hits, sig],
         )
         try:  # the report's line groups, from every rule's hits (not only this run's)
             build_groups(con, run_id)
@@ -269,7 +456,8 @@ def run_rules(
                                     "(BILLING_AUDIT_RULE_TIMEOUT)") from None
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # a failed COMMIT (a full disk) has ended the transaction already
+            con.execute("ROLLBACK")
         raise
     finally:
         timer.cancel()

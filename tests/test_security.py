@@ -81,8 +81,8 @@ select l.x_LineItemId, 'bomb' as reason from line_items l, r where n < 0
         store.tag()
         before = store.con.execute("SELECT count(*) FROM rule_hits").fetchone()
         start = time.monotonic()
-        with pytest.raises(RuleError, match="ran longer than 2 s"):
-            store.tag([rule])
+        [error] = store.tag([rule]).failed
+        assert isinstance(error, RuleError) and "ran longer than 2 s" in str(error)
         assert time.monotonic() - start < 30
         # the earlier hits are intact and the store still works
         assert store.con.execute("SELECT count(*) FROM rule_hits").fetchone() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -50,8 +51,16 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
     result = app.tag(db, rule_dirs, select, exclude, params, config_path, period, engine, options)
     if result.engine_run is not None:
         print_run(result.engine_run)
-    if quiet:
-        return
+    if not quiet:
+        _print_table(result, engine)
+    for e in result.failed:  # always said, and exit 2: the other rules' hits are stored
+        say(f"error: rule skipped: {e}")
+    if result.failed:
+        say(f"{len(result.failed)} rule(s) failed and were skipped; the other rules' hits are stored")
+        sys.exit(2)
+
+
+def _print_table(result: app.TagResult, engine: str) -> None:
     table = Table(title=f"{'tag' if engine == 'duckdb' else engine} run {result.run_id}")
     table.add_column("rule")
     table.add_column("category")
@@ -60,7 +69,7 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
         table.add_row(f"{rule.id} {rule.name}", rule.category, f"{n:,}")
     out.print(table)
     if engine == "duckdb":
-        say(f"{result.hits:,} hits from {len(result.rules)} rules in {result.scans} scan(s) of line_items")
+        say(f"{result.hits:,} hits from {len(result.rows)} rules in {result.scans} scan(s) of line_items")
     else:
         say(f"{result.hits:,} hits from {len(result.rules)} rules on {engine}; "
             f"aggregates stored as engine run {result.run_id}")

@@ -1,0 +1,181 @@
+"""A tag run that fails, is killed or fills the disk never leaves a store that reports zeros.
+
+After any of these, `report` and `export` either refuse ("no completed tag run of the lines in the store") with
+exit 2, or give exactly the figures of a clean run: a tag run is written in one transaction, and a report comes
+from a completed tag run of the lines stored now.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from billing_audit.rollup import NO_TAG_RUN
+from support import FIXTURES
+
+CLI = [sys.executable, "-m", "billing_audit.cli"]
+SCENARIOS = FIXTURES / "scenarios"
+FAILING_RULE = """/*
+id: TM700
+name: custom.fails
+title: a rule that fails while it runs
+category: custom
+severity: low
+providers: [aws]
+*/
+select x_LineItemId, 'x' as reason from line_items where CAST(x_UsageType AS INTEGER) > 0
+"""
+
+
+def _cli(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+def _figures(db: Path, tmp: Path) -> tuple[int, str, str]:
+    """(exit code, report JSON, job export CSV), or the refusal's message in place of both."""
+    rep = _cli("report", "--db", str(db), "--format", "json")
+    out = tmp / f"export-{time.monotonic_ns()}.csv"
+    exp = _cli("export", "--db", str(db), "--by", "job", "--out", str(out))
+    if rep.returncode:
+        assert exp.returncode == rep.returncode, exp.stderr
+        return rep.returncode, rep.stderr, exp.stderr
+    assert exp.returncode == 0, exp.stderr
+    return 0, rep.stdout, out.read_text()
+
+
+def _refuses_or_equals(db: Path, tmp: Path, clean: tuple[int, str, str]) -> str:
+    code, rep, exp = _figures(db, tmp)
+    if code:
+        assert code == 2
+        assert NO_TAG_RUN in rep and NO_TAG_RUN in exp, (rep, exp)
+        assert "Traceback" not in rep + exp
+        return "refused"
+    assert (rep, exp) == clean[1:], "a report after the fault differs from the clean run's"
+    return "equal"
+
+
+@pytest.fixture
+def ingested(tmp_path: Path) -> Path:
+    db = tmp_path / "s.duckdb"
+    assert _cli("ingest", str(SCENARIOS), "--db", str(db), "-q").returncode == 0
+    return db
+
+
+def _clean(db: Path, tmp: Path) -> tuple[int, str, str]:
+    ref = tmp / "clean.duckdb"
+    shutil.copy(db, ref)
+    assert _cli("tag", "--db", str(ref), "-q").returncode == 0
+    clean = _figures(ref, tmp)
+    assert clean[0] == 0
+    assert any(j["hidden_overhead_total"] > 0 for j in json.loads(clean[1])["jobs"]), "the clean run finds nothing"
+    return clean
+
+
+def test_report_before_any_tag_run_refuses(ingested: Path, tmp_path: Path) -> None:
+    code, rep, exp = _figures(ingested, tmp_path)
+    assert code == 2 and NO_TAG_RUN in rep and NO_TAG_RUN in exp
+
+
+def test_a_failing_first_tag_never_gives_a_report_of_zeros(ingested: Path, tmp_path: Path) -> None:
+    clean = _clean(ingested, tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "TM700_fails.sql").write_text(FAILING_RULE)
+    p = _cli("tag", "--db", str(ingested), "--rules", str(rules))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "TM700" in p.stderr
+    _refuses_or_equals(ingested, tmp_path, clean)
+
+
+def test_ingest_after_tag_makes_report_refuse_until_the_next_tag(ingested: Path, tmp_path: Path) -> None:
+    assert _cli("tag", "--db", str(ingested), "-q").returncode == 0
+    assert _figures(ingested, tmp_path)[0] == 0
+    assert _cli("ingest", str(FIXTURES / "aws"), "--db", str(ingested), "-q").returncode == 0
+    code, rep, _ = _figures(ingested, tmp_path)
+    assert code == 2 and NO_TAG_RUN in rep
+    assert _cli("tag", "--db", str(ingested), "-q").returncode == 0
+    assert _figures(ingested, tmp_path)[0] == 0
+
+
+def _limit_file_size(limit: int):  # type: ignore[no-untyped-def]
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_disk_full_during_the_first_tag(ingested: Path, tmp_path: Path) -> None:
+    clean = _clean(ingested, tmp_path)
+    # no file may grow past 16 KiB: the store cannot grow and its write-ahead log fills at once
+    p = subprocess.run([*CLI, "tag", "--db", str(ingested)], capture_output=True, text=True,
+                       preexec_fn=_limit_file_size(16 << 10))
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr, p.stderr
+    _refuses_or_equals(ingested, tmp_path, clean)
+
+
+# -- kills ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, tuple[int, str, str]]:
+    """A generated AWS month of 200,000 lines: (its export folder, a store with it ingested, the clean figures)."""
+    root = tmp_path_factory.mktemp("big")
+    assert _cli("generate", "--provider", "aws", "--rows", "200000", "--out", str(root / "gen")).returncode == 0
+    db = root / "ingested.duckdb"
+    assert _cli("ingest", str(root / "gen"), "--db", str(db), "-q").returncode == 0
+    return root / "gen", db, _clean(db, root)
+
+
+def _kill_after(cmd: list[str], delay: float, ready: str | None = None) -> bool:
+    """Run cmd, SIGKILL it `delay` s after it starts (or after it prints `ready` on stderr); True if it was killed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if ready is not None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if ready in line:
+                break
+    time.sleep(delay)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return killed
+
+
+@pytest.mark.slow
+def test_kills_during_the_first_tag(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
+    _, ingested, clean = big
+    rng = random.Random(15)
+    outcomes = []
+    for i in range(4):
+        db = tmp_path / f"k{i}.duckdb"
+        shutil.copy(ingested, db)
+        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], rng.uniform(1.0, 2.5))
+        outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
+        # and a tag run afterwards gives the clean figures
+        assert _cli("tag", "--db", str(db), "-q").returncode == 0
+        assert _figures(db, tmp_path) == clean
+    # a kill after the commit gives the clean figures; the rest must refuse
+    assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few tag runs were killed mid-run: {outcomes}"
+
+
+@pytest.mark.slow
+def test_kills_during_the_tag_step_of_audit(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
+    gen, _, clean = big
+    rng = random.Random(9)
+    outcomes = []
+    for i in range(3):
+        db = tmp_path / f"a{i}.duckdb"
+        killed = _kill_after([*CLI, "audit", str(gen), "--db", str(db), "--out", str(tmp_path / f"out{i}")],
+                             rng.uniform(0.0, 1.5), ready="file(s) ingested")
+        outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
+    assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few audits were killed in their tag step: {outcomes}"
