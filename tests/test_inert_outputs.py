@@ -10,6 +10,8 @@ cell that could be a formula is neutralised.
 
 from __future__ import annotations
 
+import ast
+import csv
 import io
 import json
 import os
@@ -19,10 +21,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from hostile_bill import (
     ESC_PAYLOAD,
+    FORMULA,
+    FORMULA_TEAM,
     LINK_JOB,
     MARKUP_JOB,
     PERIOD,
@@ -34,6 +39,7 @@ from hostile_bill import (
 import billing_audit
 from billing_audit import inert
 from billing_audit.cli import main
+from support import ROOT
 
 RAW = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # what no output may hold (CR only as CSV's CRLF)
 # rich's own codes with FORCE_COLOR=1: styling (SGR), and the progress bar's cursor hide/show, erase line, line up
@@ -244,3 +250,134 @@ def test_with_force_color_no_link_or_sequence_gets_through(hostile: Hostile, tmp
         if args[0] == "search" and "--lines" in args:
             assert RESOURCE in plain
     assert coloured, "FORCE_COLOR=1 did not colour anything: the test would prove nothing"
+
+
+# ------------------------------------------------------------------------------------------------ item 6: CSV
+
+CSV_OUTPUTS = {  # every command and format that emits CSV: (command path, how the test runs it)
+    "summary": ["summary --csv", "summary --exports csv"],
+    "rules list": ["rules list csv"],
+    "search": ["search csv", "search --lines csv"],
+    "report": ["report csv"],
+    "export": ["export --by team", "export --by job"],
+    "audit": ["audit jobs.csv", "audit teams.csv"],
+}
+
+
+def _csv_commands(group: click.Group, prefix: str = "") -> set[str]:
+    """Every command that can write CSV: a --format with a csv choice, or (audit) CSV files."""
+    found = set()
+    for name, cmd in group.commands.items():
+        path = f"{prefix}{name}"
+        if isinstance(cmd, click.Group):
+            found |= _csv_commands(cmd, path + " ")
+            continue
+        for p in cmd.params:
+            if p.name == "fmt" and isinstance(p.type, click.Choice) and "csv" in p.type.choices:
+                found.add(path)
+            if ".csv" in (getattr(p, "help", None) or ""):  # a file it writes: audit's --out
+                found.add(path)
+    return found
+
+
+def test_the_csv_walk_covers_every_command_that_writes_csv() -> None:
+    assert _csv_commands(main) == set(CSV_OUTPUTS)
+
+
+def _cells(text: str) -> list[str]:
+    assert "\r\n" in text and "\n" not in text.replace("\r\n", ""), "CSV rows end with CRLF (RFC 4180)"
+    return [c for row in csv.reader(io.StringIO(text, newline="")) for c in row]
+
+
+def _number(cell: str) -> bool:
+    return re.fullmatch(r"-?\d+(\.\d+)?", cell) is not None
+
+
+def _assert_neutral(text: str) -> list[str]:
+    cells = _cells(text)
+    bad = [c for c in cells if c.startswith(inert.FORMULA_START) and not _number(c)]
+    assert not bad, bad
+    return cells
+
+
+def test_every_csv_neutralises_formulas(hostile: Hostile, outputs: dict[str, tuple[int, str]], tmp_path: Path) -> None:
+    texts: dict[str, str] = {
+        "summary --csv": outputs["summary csv"][1],
+        "summary --exports csv": outputs["summary --exports csv"][1],
+        "rules list csv": outputs["rules list csv"][1],
+        "search csv": outputs["search csv"][1],
+        "search --lines csv": outputs["search --lines csv"][1],
+        "report csv": outputs["report csv"][1],
+        "audit jobs.csv": (hostile.folder / "audit" / "jobs.csv").read_bytes().decode("utf-8"),
+        "audit teams.csv": (hostile.folder / "audit" / "teams.csv").read_bytes().decode("utf-8"),
+    }
+    for by in ("team", "job"):
+        out = tmp_path / f"{by}.csv"
+        code, text = cli("export", "--db", str(hostile.db), "--by", by, "--out", str(out))
+        assert code == 0, text
+        texts[f"export --by {by}"] = out.read_bytes().decode("utf-8")
+    assert set(texts) == {n for names in CSV_OUTPUTS.values() for n in names}
+    expected = {  # the payload each CSV carries, neutralised
+        "summary --csv": "'" + FORMULA, "rules list csv": "'" + FORMULA, "report csv": "'" + FORMULA_TEAM,
+        "audit jobs.csv": "'" + FORMULA_TEAM, "audit teams.csv": "'" + FORMULA_TEAM,
+        "export --by team": "'" + FORMULA_TEAM, "export --by job": "'" + FORMULA_TEAM,
+    }
+    for name, text in texts.items():
+        cells = _assert_neutral(text)
+        assert_inert(text)
+        if name in expected:
+            assert expected[name] in cells, (name, cells)
+
+
+def test_the_csv_writer_neutralises_each_formula_start() -> None:
+    import polars as pl
+    from hostile_bill import FORMULAS
+
+    text = inert.csv_text(pl.DataFrame({"=head": list(FORMULAS), "n": [-1.5] * len(FORMULAS)}))
+    cells = _cells(text)
+    assert cells[0] == "'=head"
+    assert cells[2::2] == ["'" + inert.clean(f) for f in FORMULAS]  # "\r=1+1": CR stripped, then neutralised
+    assert cells[3] == "-1.5000"  # numbers stay numbers
+
+
+# the only places that may write CSV: the one writer, and the synthetic bill generators (inputs, not outputs)
+CSV_WRITER = "billing_audit/inert.py"
+GENERATORS = {"connectors/synthetic.py", "connectors/azure/synthetic.py"}
+
+
+def _csv_calls(path: Path) -> list[str]:
+    tree = ast.parse(path.read_bytes().decode("utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+            if name in ("write_csv", "sink_csv", "to_csv", "csv_text") and owner != "inert":
+                found.append(f"{name}() line {node.lineno}")
+            if owner == "csv" and name in ("writer", "DictWriter"):
+                found.append(f"csv.{name}() line {node.lineno}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
+                r"format\s*'?csv", node.value, re.IGNORECASE) and "COPY" in node.value.upper():
+            found.append(f"COPY ... FORMAT csv line {node.lineno}")
+    return found
+
+
+def test_no_csv_is_written_outside_the_one_writer() -> None:
+    offenders = {}
+    for package in ("billing_audit", "connectors"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == CSV_WRITER or rel in GENERATORS:
+                continue
+            if calls := _csv_calls(path):
+                offenders[rel] = calls
+    assert not offenders, f"CSV written outside {CSV_WRITER} (use billing_audit.inert.write_csv / csv_text): {offenders}"
+
+
+def test_the_scan_sees_a_polars_write_csv(tmp_path: Path) -> None:
+    p = tmp_path / "x.py"
+    p.write_text("def f(df):\n    return df.write_csv()\n")
+    assert _csv_calls(p) == ["write_csv() line 2"]
+    p.write_text("from billing_audit import inert\ndef f(df):\n    return inert.csv_text(df)\n")
+    assert _csv_calls(p) == []
