@@ -304,7 +304,9 @@ def render_report(report: Report, fmt: str) -> str:
     if fmt == "json":
         return outputs.report_json(report)
     if fmt == "csv":
-        return outputs.csv_text(report.jobs.drop("reasons").with_columns(report.jobs["reasons"].list.join("; ").alias("reasons")))
+        from billing_audit import inert
+
+        return inert.csv_text(report.jobs.drop("reasons").with_columns(report.jobs["reasons"].list.join("; ").alias("reasons")))
     if fmt == "markdown":
         return outputs.markdown(report)
     if fmt == "html":
@@ -350,7 +352,7 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
     """The monthly audit: ingest ``paths``, tag, report, and write report.html, report.json, jobs.csv and
     teams.csv to ``out_dir``.  A file that fails to ingest is in ``result.ingest.errors``; the rest is audited.
     ``on_ingested`` is called with the ingest's report before the tagging starts."""
-    from billing_audit import outputs
+    from billing_audit import inert, outputs
     from billing_audit.config import load_config
     from billing_audit.html import render_html
     from billing_audit.report import build_report
@@ -374,9 +376,9 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
     (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
     jobs = rep.jobs.with_columns(rep.jobs["reasons"].list.join("; ").alias("reasons"))
     with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
-        outputs.write_csv(jobs, f)
+        inert.write_csv(jobs, f)
     with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
-        outputs.write_csv(rep.teams, f)
+        inert.write_csv(rep.teams, f)
     return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run)
 
 

@@ -30,6 +30,7 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 
 import billing_audit
+from billing_audit.inert import clean, json_inert
 from billing_audit.report import MONEY_FIELDS, Report
 from billing_audit.rollup import UNATTRIBUTED
 
@@ -119,13 +120,13 @@ INIT_JS = """
 
 def _e(v: Any) -> str:
     """A value as escaped HTML text."""
-    return html.escape("" if v is None else str(v), quote=True)
+    return html.escape("" if v is None else clean(str(v)), quote=True)
 
 
 def _pl(v: Any) -> str:
     """A value for plotly text (tick labels, legend, hover): plotly reads a subset of HTML
     and decodes entities once, so escaping &, < and > makes it show the text as it is."""
-    return html.escape("" if v is None else str(v), quote=False)
+    return html.escape("" if v is None else clean(str(v)), quote=False)
 
 
 def _dec(v: Any) -> Decimal:
@@ -375,7 +376,7 @@ def _savings_figure(jobs: list[dict[str, Any]], currency: str) -> go.Figure:
 
 def _script_json(obj: Any) -> str:
     """JSON safe inside a <script> block: no <, > or & that the HTML parser could see."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    text = json_inert(json.dumps(obj, separators=(",", ":"), ensure_ascii=False))
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 

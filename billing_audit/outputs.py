@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from billing_audit import inert
 from billing_audit.errors import BillingAuditError
+from billing_audit.inert import FORMULA_START, clean, csv_text, json_inert, safe_cell, text, write_csv
 from billing_audit.report import MONEY_FIELDS, Report
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+__all__ = ["FORMULA_START", "csv_text", "export_frame", "markdown", "report_json", "rich_table", "rich_totals",
+           "safe_cell", "write_csv", "write_export"]
 TABLE_COLUMNS = [
     ("job", "job"), ("team", "team"), ("provider", "provider"), ("currency", "cur"),
     ("interruptions", "interruptions"), ("spot_compute_cost", "spot cost"),
@@ -31,40 +33,9 @@ MARKDOWN_COLUMNS = [
 ]
 
 
-def safe_cell(value: Any) -> str:
-    """A CSV cell that cannot become a spreadsheet formula (numbers stay numbers)."""
-    if value is None:
-        return ""
-    if isinstance(value, Decimal):
-        return format(value.quantize(Decimal("0.0001")), "f")
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    if isinstance(value, (int, bool)):
-        return str(value)
-    if isinstance(value, list):
-        value = "; ".join(str(v) for v in value)
-    text = str(value)
-    if text.startswith(FORMULA_START):
-        return "'" + text
-    return text
-
-
-def write_csv(df: pl.DataFrame, out: io.TextIOBase | Any) -> None:
-    """RFC 4180 CSV (CRLF line ends, quoted as needed), formula-looking text neutralised."""
-    w = csv.writer(out, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    w.writerow(df.columns)
-    for row in df.iter_rows():
-        w.writerow([safe_cell(v) for v in row])
-
-
-def csv_text(df: pl.DataFrame) -> str:
-    buf = io.StringIO()
-    write_csv(df, buf)
-    return buf.getvalue()
-
-
 def report_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    """The report as JSON: values exact (it is data), control characters as \\u escapes (never raw)."""
+    return json_inert(json.dumps(report.to_dict(), indent=2, ensure_ascii=False)) + "\n"
 
 
 def _fmt(v: Any, key: str) -> str:
@@ -76,13 +47,13 @@ def _fmt(v: Any, key: str) -> str:
         return f"{v.normalize():f}" if isinstance(v, Decimal) else str(v)
     if isinstance(v, Decimal):
         return f"{v:,.2f}"
-    return str(v)
+    return clean(str(v))
 
 
 def markdown(report: Report) -> str:
-    lines = [f"# Interruption overhead, {report.period} ({report.cost_basis} cost)", ""]
+    lines = [f"# Interruption overhead, {clean(report.period)} ({report.cost_basis} cost)", ""]
     for w in report.warnings:
-        lines.append(f"> warning: {w}")
+        lines.append(f"> warning: {md_text(w)}")
     lines += ["## Totals", ""]
     tot_cols = ["currency", "interruptions", "spot_compute_cost", "gross_spot_savings", "hidden_overhead_total",
                 "net_spot_savings", "unattributed_cost", "total_cost"]
@@ -94,11 +65,20 @@ def markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]<>|#!~&])")
+
+
+def md_text(value: str) -> str:
+    """Bill text for a markdown table cell: cleaned, on one line, and every character markdown could read as
+    syntax (links, emphasis, HTML, the cell separator) backslash-escaped, so it renders as the text it is."""
+    return _MD_ACTIVE.sub(r"\\\1", clean(value).replace("\t", " ").replace("\n", " "))
+
+
 def _md_table(df: pl.DataFrame, cols: list[str]) -> list[str]:
     cols = [c for c in cols if c in df.columns]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in df.select(cols).iter_rows(named=True):
-        cells = [_fmt(row[c], c).replace("|", "\\|").replace("\n", " ") for c in cols]
+        cells = [md_text(_fmt(row[c], c)) for c in cols]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -106,13 +86,13 @@ def _md_table(df: pl.DataFrame, cols: list[str]) -> list[str]:
 def rich_table(report: Report) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"Interruption overhead by job, {report.period} ({report.cost_basis} cost)")
+    table = Table(title=text(f"Interruption overhead by job, {report.period} ({report.cost_basis} cost)"))
     for key, title in TABLE_COLUMNS:
         table.add_column(title, justify="left" if key in ("job", "team", "provider", "currency", "recommendation") else "right")
     for row in report.jobs.iter_rows(named=True):
         cells = [_fmt(row[k], k) for k, _ in TABLE_COLUMNS]
         cells[4] = f"{cells[4]} ({row['interruptions_source']})" if row["interruptions_source"] != "none" else cells[4]
-        table.add_row(*cells)
+        table.add_row(*(text(c) for c in cells))  # data, never markup
     return table
 
 
@@ -125,7 +105,7 @@ def rich_totals(report: Report) -> Any:
     for c in cols:
         table.add_column(c.replace("_", " "), justify="left" if c == "currency" else "right")
     for row in report.totals.iter_rows(named=True):
-        table.add_row(*[_fmt(row[c], c) for c in cols])
+        table.add_row(*[text(_fmt(row[c], c)) for c in cols])
     return table
 
 
@@ -159,13 +139,13 @@ def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:
     try:
         if fmt == "csv":
             with open(tmp, "w", newline="", encoding="utf-8") as f:
-                write_csv(df, f)
+                inert.write_csv(df, f)
         elif fmt == "parquet":
             df.write_parquet(tmp)
         else:
             rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
                     for r in df.iter_rows(named=True)]
-            tmp.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            tmp.write_text(json_inert(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)

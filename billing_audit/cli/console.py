@@ -1,4 +1,9 @@
-"""What the commands print: the two consoles, tables of frames, the ingest summary, the report, progress bars."""
+"""What the commands print: the two consoles, tables of frames, the ingest summary, the report, progress bars.
+
+Everything printed goes through here, and every text from a bill or a rule is data: :func:`say` and
+:func:`echo` print plain cleaned lines (no markup, no emoji codes, no control characters), tables get
+:func:`billing_audit.inert.text` cells, CSV comes from the one CSV writer and JSON from
+:func:`billing_audit.inert.json_inert`."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from billing_audit import inert
+from billing_audit.inert import clean, json_inert, text
 from billing_audit.store import IngestReport
 
 if TYPE_CHECKING:
@@ -18,29 +25,40 @@ if TYPE_CHECKING:
     from billing_audit.app import EngineRun
     from billing_audit.report import Report
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 220)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False, markup=False,
+              width=None if sys.stdout.isatty() else 220)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
 
 
-def say(text: str) -> None:
-    """One plain line on stderr (no markup)."""
-    err.print(text, markup=False)
+def say(line: str) -> None:
+    """One plain line on stderr: cleaned, never markup."""
+    err.print(text(line))
+
+
+def echo(line: str = "", nl: bool = True) -> None:
+    """Plain text on stdout (what a command prints outside tables): cleaned, never markup."""
+    click.echo(clean(line), nl=nl)
+
+
+def frame_table(df: pl.DataFrame, title: str) -> Table:
+    """A frame as a rich table whose cells are text, never markup."""
+    table = Table(title=text(title), show_lines=False)
+    for c in df.columns:
+        table.add_column(text(c), justify="right" if df[c].dtype.is_numeric() else "left")
+    for row in df.iter_rows():
+        table.add_row(*(text("" if v is None else f"{v:,.2f}" if hasattr(v, "as_tuple") else v) for v in row))
+    return table
 
 
 def print_frame(df: pl.DataFrame, title: str, fmt: str) -> None:
-    """A frame as CSV, JSON or a rich table on stdout."""
+    """A frame as CSV (the one CSV writer; amounts exact), JSON (control characters escaped) or a rich table."""
     if fmt == "csv":
-        click.echo(df.write_csv(), nl=False)
+        click.echo(inert.csv_text(df, places=None), nl=False)
         return
     if fmt == "json":
-        click.echo(df.write_json())
+        click.echo(json_inert(df.write_json()))
         return
-    table = Table(title=title, show_lines=False)
-    for c in df.columns:
-        table.add_column(c, justify="right" if df[c].dtype.is_numeric() else "left")
-    for row in df.iter_rows():
-        table.add_row(*("" if v is None else f"{v:,.2f}" if hasattr(v, "as_tuple") else str(v) for v in row))
-    out.print(table)
+    out.print(frame_table(df, title))
 
 
 def print_ingest(report: IngestReport, quiet: bool) -> None:
@@ -125,14 +143,15 @@ class Bars:
         self.stop()
         columns: list[Any]
         if kind == "ingest":
-            columns = [TextColumn("[bold]ingest"), BarColumn(),
-                       TextColumn("{task.fields[rows]:,} rows · {task.fields[file]}"), TimeElapsedColumn()]
+            # file names, labels and details are data: the columns read no markup
+            columns = [TextColumn("ingest", style="bold", markup=False), BarColumn(),
+                       TextColumn("{task.fields[rows]:,} rows · {task.fields[file]}", markup=False), TimeElapsedColumn()]
         elif kind == "bytes":
-            columns = [TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                       TextColumn("{task.fields[detail]}")]
+            columns = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(), DownloadColumn(),
+                       TransferSpeedColumn(), TextColumn("{task.fields[detail]}", markup=False)]
         else:
-            columns = [TextColumn("[bold]{task.description}"), BarColumn(),
-                       TextColumn("{task.completed:,.0f}{task.fields[of]} rows"), TimeElapsedColumn()]
+            columns = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+                       TextColumn("{task.completed:,.0f}{task.fields[of]} rows", markup=False), TimeElapsedColumn()]
         self._bar = Progress(*columns, console=err, transient=True)
         self._bar.start()
         self._kind = kind
@@ -146,12 +165,12 @@ class Bars:
             self._task = bar.add_task("ingest", total=None, rows=0, file="")
         assert self._bar is not None
         self._rows += rows
-        self._bar.update(self._task, advance=1, rows=self._rows, file=file[-60:])
+        self._bar.update(self._task, advance=1, rows=self._rows, file=clean(file)[-60:])
 
     # a pull's fetch progress (billing_audit.pulling.FetchProgress)
     def start(self, label: str, total: int | None, unit: str = "bytes") -> None:
         bar = self._open("bytes" if unit == "bytes" else "rows")
-        self._task = bar.add_task(label, total=total or None, detail="", of=f"/{total:,}" if total else "")
+        self._task = bar.add_task(clean(label), total=total or None, detail="", of=f"/{total:,}" if total else "")
 
     def advance(self, n: int) -> None:
         if self._bar is not None and self._task is not None:
@@ -159,4 +178,4 @@ class Bars:
 
     def detail(self, text: str) -> None:
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, detail=text[-60:])
+            self._bar.update(self._task, detail=clean(text)[-60:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from billing_audit import app
+from billing_audit.cli.console import echo
 from billing_audit.cli.options import db_option, handle_errors
 
 SHOWN = ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAccountId", "ChargePeriodStart",
@@ -24,13 +25,13 @@ def explain(line_item_id: str, db: str) -> None:
     """
     found = app.explain(db, line_item_id)
     line = found.line
-    click.echo(f"{line_item_id}: {line.get('x_SourceFile')} row {line.get('x_SourceRow')} ({line.get('x_SourceFormat')})")
+    echo(f"{line_item_id}: {line.get('x_SourceFile')} row {line.get('x_SourceRow')} ({line.get('x_SourceFormat')})")
     for key in SHOWN:
-        click.echo(f"  {key:<18} {line.get(key)}")
+        echo(f"  {key:<18} {line.get(key)}")
     if not found.hits:
-        click.echo("no rule matched this line (run `billing-audit tag` after ingesting)")
+        echo("no rule matched this line (run `billing-audit tag` after ingesting)")
     for h in found.hits:
-        click.echo(f"  matched {h['rule_id']} [{h['category']}]: {h['reason']}")
+        echo(f"  matched {h['rule_id']} [{h['category']}]: {h['reason']}")
 
 
 COMMANDS = (explain,)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from billing_audit import app, pulling
-from billing_audit.cli.console import Bars, err, print_ingest
+from billing_audit.cli.console import Bars, echo, err, print_ingest
 from billing_audit.cli.options import db_option, handle_errors, model_options
 from billing_audit.errors import BillingAuditError
 
@@ -60,7 +60,7 @@ def build(name: str) -> click.Command:
                               ingest_progress=bars.ingest if show else None)
         if result.dry_run is not None:
             for line in result.dry_run.lines:
-                click.echo(line)
+                echo(line)
             for m in result.dry_run.messages:
                 tell(m)
             if result.dry_run.failed:

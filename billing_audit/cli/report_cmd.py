@@ -57,7 +57,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         app.write_text(out_file, text)
         say(f"wrote {out_file}")
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False)  # each format is inert already (billing_audit.inert)
 
 
 @click.command()

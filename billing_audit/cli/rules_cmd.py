@@ -7,7 +7,7 @@ import sys
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import print_frame, say
+from billing_audit.cli.console import echo, print_frame, say
 from billing_audit.cli.options import format_option, handle_errors, rules_option
 
 
@@ -49,15 +49,15 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
       billing-audit rules show restart_fee.interrupted_spot
     """
     r = app.rule(rule_id, rule_dirs)
-    click.echo(f"{r.id}  {r.name}  [{r.category}, {r.meta.severity}]  providers: {', '.join(r.meta.providers)}")
-    click.echo(f"{r.meta.title}\nfile: {r.path}")
+    echo(f"{r.id}  {r.name}  [{r.category}, {r.meta.severity}]  providers: {', '.join(r.meta.providers)}")
+    echo(f"{r.meta.title}\nfile: {r.path}")
     if r.meta.description:
-        click.echo("\n" + r.meta.description.strip())
+        echo("\n" + r.meta.description.strip())
     if r.meta.params:
-        click.echo("\nparameters:")
+        echo("\nparameters:")
         for name, p in r.meta.params.items():
-            click.echo(f"  {name} = {p.default!r}  {p.description}")
-    click.echo("\n" + r.sql)
+            echo(f"  {name} = {p.default!r}  {p.description}")
+    echo("\n" + r.sql)
 
 
 @rules.command("test")
@@ -75,7 +75,7 @@ def rules_test(rule_dirs: tuple[str, ...]) -> None:
     """
     failures, lines = app.check_rules(rule_dirs)
     for line in lines:
-        click.echo(line)
+        echo(line)
     if failures:
         say(f"{failures} rule check(s) failed")
         sys.exit(1)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import click
 
-from billing_audit import app
+from billing_audit import app, inert
 from billing_audit.cli.console import print_frame, say
 from billing_audit.cli.options import ConnectorChoice, db_option, format_option, handle_errors, period_option
 
@@ -49,17 +49,15 @@ def search(query: str, db: str, period: str | None, since: datetime | None, prov
       billing-audit search "spot restart" --fail-above 10 --format json   # daily automation
       billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
     """
-    from billing_audit import outputs
-
     found = app.search(db, query, period=period, since=since.date() if since else None, provider=provider,
                        limit=None if save_rule else limit, lines=show_lines, exact=exact, fail_above=fail_above)
     result = found.result
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(inert.json_inert(json.dumps(result.to_dict(), indent=2, ensure_ascii=False)))
     elif fmt == "csv":
         df = result.lines if show_lines and result.lines is not None else result.groups
         df = df.with_columns(df["accounts"].list.join(";")) if "accounts" in df.columns else df
-        click.echo(outputs.csv_text(df), nl=False)
+        click.echo(inert.csv_text(df), nl=False)
     else:
         terms = "; ".join(f"{w}: {' | '.join(alts)}" for w, alts in result.terms)
         say(f"searching for every word of {query!r} ({terms})")

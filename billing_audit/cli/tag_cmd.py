@@ -20,6 +20,7 @@ from billing_audit.cli.options import (
     quiet_option,
     rules_option,
 )
+from billing_audit.inert import text
 
 
 @click.command()
@@ -61,12 +62,12 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
 
 
 def _print_table(result: app.TagResult, engine: str) -> None:
-    table = Table(title=f"{'tag' if engine == 'duckdb' else engine} run {result.run_id}")
+    table = Table(title=text(f"{'tag' if engine == 'duckdb' else engine} run {result.run_id}"))
     table.add_column("rule")
     table.add_column("category")
     table.add_column("lines", justify="right")
     for rule, n in result.rows:
-        table.add_row(f"{rule.id} {rule.name}", rule.category, f"{n:,}")
+        table.add_row(text(f"{rule.id} {rule.name}"), text(rule.category), f"{n:,}")
     out.print(table)
     if engine == "duckdb":
         say(f"{result.hits:,} hits from {len(result.rows)} rules in {result.scans} scan(s) of line_items")

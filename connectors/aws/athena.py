@@ -296,8 +296,11 @@ def make_client(profile: str | None, region: str | None, endpoint: str | None) -
     """A boto3 Athena client (profile, region and endpoint as for `pull aws`)."""
     from connectors.aws.pull import AwsClients
 
-    clients = AwsClients(profile=profile, region=region, endpoint_url=endpoint)
-    return clients.session.client("athena", endpoint_url=endpoint)
+    clients = AwsClients(profile=profile, region=region, endpoint_url=endpoint, what="--engine athena",
+                         flags={"region": "--aws-region", "profile": "--aws-profile"})
+    client = clients.client("athena")  # no region: one line, not botocore's NoRegionError
+    clients.check_credentials()
+    return client
 
 
 class AthenaOptions(EngineOptions):

@@ -153,18 +153,27 @@ class FetchResult:
 
 # -- sessions and clients -------------------------------------------------------------------------
 class AwsClients:
-    """boto3 clients from the standard credential chain (env, profile, SSO, instance/container role)."""
+    """boto3 clients from the standard credential chain (env, profile, SSO, instance/container role).
 
-    def __init__(self, profile: str | None = None, region: str | None = None, endpoint_url: str | None = None):
+    The SDK's configuration errors are mapped where the clients are made: no region, missing or partial
+    credentials, an unknown profile or an expired SSO session become one line prefixed with ``what`` (the
+    command, e.g. "--engine athena") that names the command's own flags (``flags``: "region", "profile")."""
+
+    def __init__(self, profile: str | None = None, region: str | None = None, endpoint_url: str | None = None,
+                 what: str = "", flags: dict[str, str] | None = None):
+        self.what = what
+        self.flags = {"region": "--region", "profile": "--profile", **(flags or {})}
+        # AWS_REGION wins over AWS_DEFAULT_REGION, as in the AWS CLI v2 and the other SDKs (botocore reads only the latter)
+        region = region or os.environ.get("AWS_REGION") or None
         try:
             self.session = boto3.Session(profile_name=profile, region_name=region)
         except bx.ProfileNotFound:
-            raise FatalPullError(f"AWS profile {profile!r} is not in the AWS config or credentials file") from None
+            name = profile or os.environ.get("AWS_PROFILE")
+            raise self._fail(f"AWS profile {name!r} is not in the AWS config or credentials file") from None
         self.endpoint_url = endpoint_url or None
         s3cfg: dict[str, Any] = {"addressing_style": "path"} if endpoint_url else {}
-        self.s3 = self.session.client(
+        self.s3 = self.client(
             "s3",
-            endpoint_url=self.endpoint_url,
             config=_config.Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=10, read_timeout=60, s3=s3cfg),
         )
         # Data Exports and the CUR API live in us-east-1 (cn-northwest-1 in China).
@@ -172,9 +181,34 @@ class AwsClients:
         disc = _config.Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=5, read_timeout=20)
         self._disc = (home, disc)
 
+    def _fail(self, message: str) -> FatalPullError:
+        return FatalPullError(f"{self.what}: {message}" if self.what else message)
+
+    def client(self, service: str, **kw: Any) -> Any:
+        """A ``service`` client (the session's region, the endpoint), its configuration checked here."""
+        try:
+            return self.session.client(service, **{"endpoint_url": self.endpoint_url, **kw})
+        except bx.NoRegionError:
+            raise self._fail(f"no AWS region: pass {self.flags['region']} or set AWS_REGION") from None
+        except Exception as e:  # noqa: BLE001 - the credential chain's errors (botocore resolves them here), else as is
+            if (c := credentials_error(e, self.flags["profile"])) is not None:
+                raise self._fail(str(c)) from None
+            raise
+
+    def check_credentials(self) -> None:
+        """Fail now, in one line, when the credential chain finds nothing (clients only find out at the first call)."""
+        try:
+            found = self.session.get_credentials()
+        except Exception as e:  # noqa: BLE001 - mapped, else as is
+            if (c := credentials_error(e, self.flags["profile"])) is not None:
+                raise self._fail(str(c)) from None
+            raise
+        if found is None:
+            raise self._fail(no_credentials(self.flags["profile"]))
+
     def discovery(self, service: str) -> Any:
         home, cfg = self._disc
-        return self.session.client(service, region_name=home, endpoint_url=self.endpoint_url, config=cfg)
+        return self.client(service, region_name=home, config=cfg)
 
 
 def _code(e: bx.ClientError) -> str:
@@ -189,19 +223,21 @@ def _status(e: bx.ClientError) -> int:
     return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
-def credentials_error(e: Exception) -> FatalPullError | None:
+def no_credentials(profile_flag: str = "--profile") -> str:
+    return (f"no AWS credentials found: set AWS_PROFILE or {profile_flag}, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            "run `aws sso login`, or run where an instance/container role is attached")
+
+
+def credentials_error(e: Exception, profile_flag: str = "--profile") -> FatalPullError | None:
     """A clear message for the credential chain's failures (never the keys themselves)."""
     if isinstance(e, bx.NoCredentialsError):
-        return FatalPullError(
-            "no AWS credentials found: set AWS_PROFILE or --profile, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-            "run `aws sso login`, or run where an instance/container role is attached"
-        )
+        return FatalPullError(no_credentials(profile_flag))
     if isinstance(e, bx.PartialCredentialsError):
         return FatalPullError(f"incomplete AWS credentials: {e.kwargs.get('cred_var', 'a value')} is missing")
     sso = tuple(getattr(bx, n) for n in ("SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError",
                                           "SSOError") if hasattr(bx, n))
     if sso and isinstance(e, sso):
-        return FatalPullError("the AWS SSO session is missing or expired: run `aws sso login` (with --profile if you use one)")
+        return FatalPullError(f"the AWS SSO session is missing or expired: run `aws sso login` (with {profile_flag} if you use one)")
     if isinstance(e, bx.ClientError) and _code(e) in _BAD_CREDS:
         return FatalPullError(f"AWS rejected the credentials ({_code(e)}): check the keys, the profile or the session token")
     return None

@@ -228,9 +228,19 @@ def _client_kw() -> dict[str, Any]:
 
 
 def default_credential() -> Any:
-    """DefaultAzureCredential (environment, workload identity, managed identity, Azure CLI, ...)."""
+    """DefaultAzureCredential (environment, workload identity, managed identity, Azure CLI, ...).
+
+    When none of them has credentials, azure-identity logs a warning listing every one it tried (a dozen
+    lines on stderr through logging's last-resort handler); the pull says it in one line instead
+    (:func:`credentials_error`), so the library's logger gets a handler that drops what nobody configured
+    logging for (a program that configures logging still gets the records)."""
+    import logging
+
     from azure.identity import DefaultAzureCredential
 
+    identity = logging.getLogger("azure.identity")
+    if not identity.handlers:
+        identity.addHandler(logging.NullHandler())
     return DefaultAzureCredential(exclude_interactive_browser_credential=True)
 
 

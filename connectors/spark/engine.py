@@ -29,6 +29,16 @@ def session(master: str = "local[*]") -> Any:
     except ImportError:
         raise BillingAuditError("--engine spark needs pyspark: pip install 'billing-audit[spark]'") from None
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+    try:
+        return _builder(SparkSession, master).getOrCreate()
+    except Exception as e:  # noqa: BLE001 - pyspark's PySparkRuntimeError: the JVM did not start
+        if "JAVA_GATEWAY_EXITED" in str(e) or isinstance(e, FileNotFoundError):
+            raise BillingAuditError("--engine spark: Spark's JVM did not start: it needs a Java runtime (17): "
+                                    "install one, or set JAVA_HOME to it") from None
+        raise
+
+
+def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
     return (
         SparkSession.builder.master(master).appName("billing-audit")
         .config("spark.sql.session.timeZone", "UTC")
@@ -38,7 +48,6 @@ def session(master: str = "local[*]") -> Any:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("BILLING_AUDIT_SPARK_DRIVER_MEMORY", "2g"))
-        .getOrCreate()
     )
 
 
