@@ -394,6 +394,9 @@ class MappedFile:
 
 def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:
     """After a failed read: find the first row and column that cannot be parsed."""
+    refused = re.search(re.escape(fm.ROW_ERROR) + r"\|(\d+)\|([^|\n]*)\|([^\n]*)", str(original))
+    if refused:  # a mapping refused a row (formats.row_error)
+        return InputError(mf.display, refused.group(3).strip(), row=int(refused.group(1)), column=refused.group(2))
     by_lower = mf.by_name()
     declared = mf.declared()
     row = "file_row_number + 1" if mf.kind == "parquet" else "row_number() OVER ()"
