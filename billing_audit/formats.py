@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from billing_audit.registry import connector
 from billing_audit.registry import names as registry_names
+from billing_audit.sql import lit
 
 # Kinds a source column is parsed as before the mapping SQL sees it.
 TEXT = "text"  # VARCHAR, trimmed of nothing; ids stay text (leading zeros kept)
@@ -26,6 +27,15 @@ TIME = "time"  # TIMESTAMP (UTC): ISO with or without zone, M/D/YYYY, YYYY-MM-DD
 RAW = "raw"  # as the reader typed it (nested parquet/json columns)
 
 FILE_KINDS = ("parquet", "csv", "json")
+
+# A mapping refuses one row with row_error(); the reader turns the raised text into an InputError naming
+# the file, the row and the column (see billing_audit.reader.diagnose).
+ROW_ERROR = "billing-audit row error"
+
+
+def row_error(column: str, message: str) -> str:
+    """SQL that, when evaluated for a row of ``src``, fails the file naming that row and ``column``."""
+    return f"error({lit(ROW_ERROR + '|')} || CAST(_row AS VARCHAR) || {lit('|' + column + '|' + message)})"
 
 
 @dataclass

@@ -728,6 +728,9 @@ class MappedFile:
 
 def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:
     """After a failed read: find the first row and column that cannot be parsed, is implausible or is missing."""
+    refused = re.search(re.escape(fm.ROW_ERROR) + r"\|(\d+)\|([^|\n]*)\|([^\n]*)", str(original))
+    if refused:  # a mapping refused a row (formats.row_error)
+        return InputError(mf.display, refused.group(3).strip(), row=int(refused.group(1)), column=refused.group(2))
     with side_connection(con) as side:  # a probe that fails must not abort the caller's transaction
         return _diagnose(side, mf, original)
 

@@ -48,7 +48,7 @@ JOB_FIELDS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source",
     *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
 ]
-JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost"]
+JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost"]
 
 
 @dataclass
@@ -112,7 +112,8 @@ agg AS (
     coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
     sum(fee_n) AS fee_count,
     coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
-    sum(priced) AS priced_spot_lines
+    sum(priced) AS priced_spot_lines,
+    coalesce(sum(unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS spot_unpriced_cost
   FROM ba_agg GROUP BY ALL
 )
 SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
@@ -142,7 +143,15 @@ def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
         if overhead > 0:
             return "review", [f"no spot compute is attributed here, but {overhead:.2f} {cur} of interruption overhead is"]
         return "keep_spot", ["no spot compute and no interruption overhead"]
-    if row["priced_spot_lines"] == 0:
+    unpriced = row["spot_unpriced_cost"]
+    if unpriced:
+        # ListCost NULL: the export's price was 0 or missing; those lines are left out of the savings
+        review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price in the export (a zero or "
+                      "missing list price), so it is left out of the measured savings")
+    spot -= unpriced  # the comparisons below are over the priced spot lines only
+    if spot == 0:
+        pass
+    elif row["priced_spot_lines"] == 0:
         # e.g. Azure: the export prices spot meters at the spot rate, so the on-demand equivalent is unknown
         review.append("the export carries no on-demand price for this spot usage (list cost equals spot cost), "
                       "so spot savings cannot be measured")
@@ -210,7 +219,8 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         est = cfg.estimates.enabled and row["job"] != UNATTRIBUTED
         recompute = _money(interruptions * Decimal(str(interval)) / 2 / 60 * rate) if est else None
         idle = _money(interruptions * Decimal(str(restart)) / 60 * rate) if est else None
-        gross = row["on_demand_equivalent_cost"] - row["spot_compute_cost"]
+        # savings over the priced spot lines only: spot cost without a list price is not a loss of savings
+        gross = row["on_demand_equivalent_cost"] - (row["spot_compute_cost"] - row["spot_unpriced_cost"])
         overhead = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
                     + row["checkpoint_egress_cost"] + (recompute or 0) + (idle or 0))
         out = {
@@ -225,7 +235,7 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
             "hidden_overhead_total": overhead, "net_spot_savings": gross - overhead,
             "savings_eroded_pct": float(overhead / gross * 100) if gross > 0 else None,
             "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": float(hours), "spot_hourly_cost": rate,
-            "priced_spot_lines": row["priced_spot_lines"],
+            "priced_spot_lines": row["priced_spot_lines"], "spot_unpriced_cost": row["spot_unpriced_cost"],
         }
         out["recommendation"], out["reasons"] = _recommend(out, cfg)
         jobs.append(out)
@@ -249,7 +259,7 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
 
 
 def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
-    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost"}
+    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "spot_unpriced_cost"}
     schema: dict[str, Any] = {}
     for c in columns:
         if c in money or c == "interruptions":

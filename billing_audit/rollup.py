@@ -79,7 +79,8 @@ GROUP_COLUMNS = [
 def measures(bases: tuple[str, ...]) -> str:
     """What each group sums, the same on every engine: lines; cost for each basis in `bases` (effective,
     billed) and list cost; restarts counted by fee lines; the largest spot usage in hours (capped at the
-    charge period's length, DECIMAL so that engines add it up alike); spot lines priced above their cost."""
+    charge period's length, DECIMAL so that engines add it up alike); spot lines priced above their cost;
+    spot cost without a list price (NULL ListCost)."""
     hours = (f"CASE WHEN regexp_matches(lower(coalesce(l.PricingUnit, '')), '{HOUR_UNITS}') "
              "THEN CAST(l.PricingQuantity AS DOUBLE) "
              f"WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{HOUR_UNITS}') "
@@ -95,6 +96,9 @@ def measures(bases: tuple[str, ...]) -> str:
     ]
     parts += [f"sum(CASE WHEN {SPOT} AND coalesce(l.ListCost, 0) > coalesce(l.{COST_BASES[b]}, 0) THEN 1 ELSE 0 END) "
               f"AS priced_{b}" for b in bases]
+    # spot cost with no list price (ListCost NULL: the export's price was 0 or missing): kept out of savings
+    parts += [f"sum(CASE WHEN {SPOT} AND l.ListCost IS NULL THEN coalesce(l.{COST_BASES[b]}, 0) ELSE 0 END) "
+              f"AS unpriced_{b}" for b in bases]
     return ",\n       ".join(parts)
 
 
@@ -184,6 +188,11 @@ def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
         "AND table_name IN ('line_groups', 'line_group_keys', 'line_groups_meta', 'tag_runs')").fetchall()}
     if len(have) < 4:
+        return None
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND table_name = 'line_groups'").fetchall()}
+    if "unpriced_effective" not in cols:  # built by an older version: rebuild on the fly
         return None
     row = con.execute("SELECT (SELECT run_id FROM line_groups_meta) = (SELECT max(run_id) FROM tag_runs) "
                       "AND (SELECT lines FROM line_groups_meta) = (SELECT count(*) FROM line_items)").fetchone()
@@ -300,13 +309,14 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> l
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     cost = basis
     priced = "0" if basis == "list" else f"g.priced_{basis}"
+    unpriced = "0" if basis == "list" else f"g.unpriced_{basis}"
     cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
     joined = (f"{groups} g JOIN ba_attr t ON t.h = g.h JOIN {keys} k ON k.h = g.h WHERE {period_filter(period)}")
     return [
         ("ba_agg", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
        {cat} AS category, g.signal AS signal, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.list) AS list_cost,
-       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced
+       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced
 FROM {joined}
 GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal"""),
         ("ba_spot_hours", f"""

@@ -378,20 +378,18 @@ class Store:
                         rows = int(n[0]) if n else 0
                         if rows == 0:
                             raise InputError(display, "file has a header but no data rows")
-                        tot = con.execute(
-                            "SELECT (SELECT map_from_entries(list({'key': coalesce(c, ''), 'value': t})) FROM "
-                            "(SELECT BillingCurrency AS c, sum(BilledCost) AS t FROM line_items "
-                            "WHERE x_IngestId = $1 AND x_SourceFile = $2 GROUP BY 1)), "
-                            f"(SELECT string_agg(DISTINCT strftime({PERIOD}, '%Y-%m'), ',' ORDER BY "
-                            f"strftime({PERIOD}, '%Y-%m')) FROM line_items WHERE x_IngestId = $1 AND x_SourceFile = $2), "
-                            "(SELECT string_agg(DISTINCT x_Provider, ',') FROM line_items "
-                            "WHERE x_IngestId = $1 AND x_SourceFile = $2)",
-                            [ingest_id, display],
-                        ).fetchone()
-                        assert tot is not None
+                        # the log row is built in SQL, never bound from Python: any currency text (even '')
+                        # stays a map key and cannot turn into a struct field name
                         con.execute(
-                            "INSERT INTO ingest_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ingested', ?)",
-                            [ingest_id, display, fp, fmt.id, tot[2] or fmt.provider, d.key, tot[1], rows, tot[0], now],
+                            "INSERT INTO ingest_log WITH this AS (SELECT x_Provider, BillingPeriodStart, "
+                            "BillingCurrency, BilledCost FROM line_items WHERE x_IngestId = $1 AND x_SourceFile = $2) "
+                            "SELECT $1, $2, $3, $4, coalesce((SELECT string_agg(DISTINCT x_Provider, ',') FROM this), $5), "
+                            f"$6, (SELECT string_agg(DISTINCT strftime({PERIOD}, '%Y-%m'), ',' ORDER BY "
+                            f"strftime({PERIOD}, '%Y-%m')) FROM this), $7, "
+                            "(SELECT map_from_entries(list({'key': coalesce(c, ''), 'value': t} ORDER BY c)) FROM "
+                            "(SELECT BillingCurrency AS c, CAST(sum(BilledCost) AS DECIMAL(38,12)) AS t FROM this "
+                            "GROUP BY 1)), 'ingested', $8",
+                            [ingest_id, display, fp, fmt.id, fmt.provider, d.key, rows, now],
                         )
                         results.append(FileResult(display, "ingested", fmt.id, rows))
                         if progress:

@@ -108,7 +108,9 @@ def test_charge_categories(everything: billing_audit.Store) -> None:
             "GROUP BY 1"
         ).fetchall()
     )
-    assert got == {"Usage": "Usage/", "Refund": "Credit/Correction", "Purchase": "Purchase/", "Tax": "Tax/"}
+    # pay-as-you-go (MOSP) files have no ChargeType: every line is usage
+    assert got == {"Usage": "Usage/", "Refund": "Credit/Correction", "Purchase": "Purchase/", "Tax": "Tax/",
+                   None: "Usage/"}
     assert _one(everything, "SELECT ChargeFrequency FROM line_items WHERE x_LineItemType = 'Purchase'") == "One-Time"
 
 
@@ -149,6 +151,9 @@ def test_accounts_periods_and_subscriptions(everything: billing_audit.Store) -> 
         "FROM line_items GROUP BY ALL ORDER BY ALL"
     ).fetchall()
     assert got == [
+        ("54321000", "2026-10", "2026-11-01"),  # ea-currency-column
+        # pay-as-you-go (MOSP): the subscription is the billing account, the usage month the period
+        *[(f"5d0c1e2f-0000-4000-8000-00000000b00{i}", "2026-09", "2026-10-01") for i in (1, 2, 3, 4)],
         ("65432100", "2026-10", "2026-11-01"),
         ("76543210", "2026-09", "2026-10-01"),
         ("76543210", "2026-10", "2026-11-01"),

@@ -174,7 +174,7 @@ def test_generic_focus_pricing_category_and_tags(db: Path, tmp_path: Path) -> No
         [
             _row(PricingCategory="Dynamic", Tags='{"Team":"a","team":"b"}', SkuMeter="spot-gpu"),
             _row(PricingCategory="Committed", CommitmentDiscountType="Savings Plan", Tags="not json"),
-            _row(PricingCategory="On-Demand", ListCost=""),  # a FOCUS 0.5 spelling, no ListCost
+            _row(PricingCategory="On-Demand", ListCost=""),  # a FOCUS 0.5 spelling, an empty ListCost
         ],
     )
     rows = _rows(
@@ -186,7 +186,8 @@ def test_generic_focus_pricing_category_and_tags(db: Path, tmp_path: Path) -> No
     assert rows[0] == ("Dynamic", "Spot", {"team": "a"}, None, "spot-gpu", Decimal(2), "ListCost")
     assert rows[1][:4] == ("Committed", "SavingsPlan", {}, "not json")
     assert rows[2][:2] == ("Standard", "OnDemand")
-    assert rows[2][5:] == (Decimal("1.5"), "BilledCost (no ListCost in export)")
+    # an empty ListCost on usage that costs money is no list price (issue #14), not the billed cost
+    assert rows[2][5:] == (None, "missing: ListCost empty")
 
 
 def test_azure_focus_1_0r2_columns(db: Path, tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ RESULT_COLUMNS = [
     ("day", "DATE"), ("category", "VARCHAR"), ("signal", "BOOLEAN"), ("n", "BIGINT"),
     ("cost", "DECIMAL(38,12)"), ("list_cost", "DECIMAL(38,12)"), ("fee_n", "DECIMAL(38,12)"), ("priced", "BIGINT"),
     ("spot_hours", "DECIMAL(38,12)"), ("ResourceId", "VARCHAR"), ("s", "TIMESTAMP"), ("e", "TIMESTAMP"), ("rule_id", "VARCHAR"),
+    ("unpriced", "DECIMAL(38,12)"),  # last: older stores get it by ALTER TABLE ... ADD COLUMN
 ]
 
 
@@ -85,7 +86,8 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
     same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in KEY)
     bases = () if basis == "list" else (basis,)  # list cost is summed anyway
     cost_pick = "" if basis == "list" else f" g0.{basis} AS {basis},"
-    priced_pick = "" if basis == "list" else f", g0.priced_{basis} AS priced_{basis}"
+    priced_pick = "" if basis == "list" else (f", g0.priced_{basis} AS priced_{basis}, "
+                                              f"g0.unpriced_{basis} AS unpriced_{basis}")
     ctes: list[tuple[str, str]] = [
         ("checkpoint_resources", checkpoint_sql(checkpoint)),
         ("hits", hits),
@@ -120,7 +122,7 @@ WHERE {pf} GROUP BY h.rule_id, h.category"""))
     base = {c: c for c in ("job", "team", "provider", "currency")}
     final = " UNION ALL ".join([
         row("agg", base | {c: c for c in ("day", "category", "signal", "n", "cost", "list_cost", "fee_n")}
-            | {"priced": "CAST(priced AS BIGINT)"}) + " FROM ba_agg",
+            | {"priced": "CAST(priced AS BIGINT)", "unpriced": "CAST(unpriced AS DECIMAL(38,12))"}) + " FROM ba_agg",
         row("hours", base | {"spot_hours": "spot_hours"}) + " FROM ba_spot_hours",
         row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e"}) + " FROM ba_spot_res",
         row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
@@ -184,6 +186,7 @@ RESULT_TABLES = """
 CREATE TABLE IF NOT EXISTS engine_runs (run_id BIGINT, engine VARCHAR, source VARCHAR, period VARCHAR,
   basis VARCHAR, config_key VARCHAR, started_at TIMESTAMP, bytes_processed BIGINT, sql VARCHAR);
 CREATE TABLE IF NOT EXISTS engine_results (run_id BIGINT, {cols});
+ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12);
 """
 
 
@@ -226,12 +229,14 @@ def latest_run(con: duckdb.DuckDBPyConnection, engine: str, period: str | None, 
 def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """The run's aggregates as the report's temp tables (ba_agg, ba_spot_hours, ba_spot_res, ba_fired)."""
     sel = {
-        "ba_agg": "job, team, provider, currency, day, category, signal, n, cost, list_cost, fee_n, priced",
+        "ba_agg": "job, team, provider, currency, day, category, signal, n, cost, list_cost, fee_n, priced, "
+                  "coalesce(unpriced, 0) AS unpriced",
         "ba_spot_hours": "job, team, provider, currency, spot_hours",
         "ba_spot_res": "job, team, provider, currency, ResourceId, s, e",
         "ba_fired": "rule_id, category, n AS lines",
     }
     kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_fired": "rule"}
+    con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
     for table, cols in sel.items():
         con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {cols} FROM engine_results "
                     f"WHERE run_id = {int(run_id)} AND kind = '{kinds[table]}'")

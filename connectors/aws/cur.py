@@ -72,7 +72,7 @@ LEGACY_COLUMNS: dict[str, str] = {
 }
 
 # The mapping shared by every CUR flavour: {product_name}, {region_name}, {tags} and
-# {product_family} are filled per flavour.
+# {product_family} are filled per flavour, {list_cost}, {list_source}, {list_unit_price} by list_cost_sql().
 CUR_SELECT = """
 SELECT
   _row,
@@ -96,10 +96,9 @@ SELECT
     WHEN 'RIFee' THEN 0
     ELSE coalesce(line_item_net_unblended_cost, line_item_unblended_cost) END AS EffectiveCost,
   line_item_unblended_cost AS ContractedCost,
-  coalesce(pricing_public_on_demand_cost, line_item_unblended_cost) AS ListCost,
-  pricing_public_on_demand_rate AS ListUnitPrice,
-  CASE WHEN pricing_public_on_demand_cost IS NOT NULL THEN 'pricing_public_on_demand_cost'
-       ELSE 'line_item_unblended_cost (no public price in export)' END AS x_ListCostSource,
+  {list_cost} AS ListCost,
+  {list_unit_price} AS ListUnitPrice,
+  {list_source} AS x_ListCostSource,
   coalesce(nullif(line_item_currency_code, ''), 'USD') AS BillingCurrency,
   CASE WHEN line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage', 'SavingsPlanNegation')
          THEN 'Usage'
@@ -161,6 +160,33 @@ SPOT = (
 )
 
 
+_NO_PRICE = "'line_item_unblended_cost (no public price in export)'"
+# usage that costs money: there a zero public price is no price (older CURs: every SpotUsage line)
+_COSTED = ("(coalesce(line_item_unblended_cost, 0) <> 0 AND line_item_line_item_type IN "
+           "('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage'))")
+
+
+def list_cost_sql(cols: dict[str, str]) -> dict[str, str]:
+    """ListCost, x_ListCostSource and ListUnitPrice for a file with these columns.
+
+    ``pricing_public_on_demand_cost`` is the list cost; where it is 0 or empty on a usage line that costs
+    money, ListCost is NULL and the source says ``missing: pricing_public_on_demand_cost = 0`` (or
+    ``... empty``).  A file without the column keeps the unblended cost as list cost, and says so.
+    """
+    if "pricing_public_on_demand_cost" not in cols:
+        return {"list_cost": "line_item_unblended_cost", "list_source": _NO_PRICE,
+                "list_unit_price": "pricing_public_on_demand_rate"}
+    od = "pricing_public_on_demand_cost"
+    ok = f"({od} IS NOT NULL AND NOT ({od} = 0 AND {_COSTED}))"
+    return {
+        "list_cost": f"CASE WHEN {ok} THEN {od} WHEN {_COSTED} THEN NULL ELSE line_item_unblended_cost END",
+        "list_source": (f"CASE WHEN {ok} THEN '{od}' WHEN {_COSTED} THEN CASE WHEN {od} = 0 "
+                        f"THEN 'missing: {od} = 0' ELSE 'missing: {od} empty' END ELSE {_NO_PRICE} END"),
+        "list_unit_price": (f"CASE WHEN coalesce(pricing_public_on_demand_rate, 0) = 0 AND NOT {ok} AND {_COSTED} "
+                            "THEN NULL ELSE pricing_public_on_demand_rate END"),
+    }
+
+
 def _strip_prefix(expr: str) -> str:
     """Tag keys lose the CUR prefixes: ``user:``, ``user_``, ``resource_tags_user_``."""
     return f"regexp_replace({expr}, '^(resource_?tags[_/])?(user[:_])?', '', 'i')"
@@ -210,6 +236,7 @@ class CurLegacy(ExportFormat):
             product_family="product_product_family",
             is_spot=SPOT,
             tags=tags,
+            **list_cost_sql(cols),
         )
 
 

@@ -25,7 +25,7 @@ from billing_audit.formats import (
     table_columns,
 )
 from billing_audit.sql import lit
-from connectors.aws.cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name
+from connectors.aws.cur import COMMON_COLUMNS, CUR_SELECT, SPOT, _strip_prefix, athena_name, list_cost_sql
 
 # The map columns of the CUR 2.0 table (parquet MAP; JSON object text in the CSV flavour).
 MAP_COLUMNS = ("product", "resource_tags", "cost_category", "discount", "tags")
@@ -232,6 +232,7 @@ class Cur2(ExportFormat):
             product_family=f"coalesce(nullif(product_product_family, ''), {product('product_family')})",
             is_spot=SPOT2,
             tags=_tags(cols),
+            **list_cost_sql(cols),
         )
         extra = _NAMES + f"  {_tags_raw(cols)} AS x_TagsRaw,\n"
         return sql.replace(_ANCHOR, _ANCHOR + extra, 1)

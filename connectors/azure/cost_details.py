@@ -1,9 +1,10 @@
-"""Azure Cost Management cost-details exports: EA (PascalCase, old and new names) and MCA (camelCase).
+"""Azure Cost Management cost-details exports: EA (PascalCase, old and new names), MCA (camelCase) and
+pay-as-you-go (MOSP) usage details, schema 2019-11-01 (PascalCase or camelCase).
 
-One format covers both agreements: column names are matched case-insensitively,
-and where EA and MCA (or old and new EA files) spell a column differently both
-spellings are declared and coalesced in the SELECT.  Runs are grouped by the
-export's ``manifest.json`` (or the legacy ``_manifest.json``).
+One mapping covers every agreement: column names are matched case-insensitively, localised headers
+(``Abonnement-GUID (SubscriptionGuid)``) answer to the English name in parentheses, and where
+agreements or vintages spell a column differently both spellings are declared and coalesced in the
+SELECT.  Runs are grouped by the export's ``manifest.json`` (or the legacy ``_manifest.json``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,21 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import ClassVar
 
-from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, LayoutReader, ManifestReader, has_all, has_any, resolve_keys
+from billing_audit.formats import (
+    NUM,
+    TEXT,
+    TIME,
+    DeliveryHint,
+    ExportFormat,
+    LayoutReader,
+    ManifestReader,
+    has_all,
+    has_any,
+    resolve_keys,
+    row_error,
+)
 from billing_audit.sql import lit
 
 # Declared source columns (lower-case; matching is case-insensitive).  Where two
@@ -34,6 +48,7 @@ COLUMNS: dict[str, str] = {
     "subscriptionname": TEXT,
     # when
     "date": TIME,  # M/D/YYYY or ISO
+    "usagedatetime": TIME,  # MOSP 2019-11-01
     # what
     "productname": TEXT,  # new EA, MCA
     "product": TEXT,  # old EA
@@ -46,18 +61,22 @@ COLUMNS: dict[str, str] = {
     "consumedservice": TEXT,
     "unitofmeasure": TEXT,
     "quantity": NUM,
+    "usagequantity": NUM,  # MOSP
     # money
     "costinbillingcurrency": NUM,  # new EA, MCA
     "cost": NUM,  # old EA
-    "pretaxcost": NUM,  # legacy usage-details API files
+    "pretaxcost": NUM,  # MOSP 2019-11-01 and legacy usage-details API files
     "billingcurrencycode": TEXT,  # new EA
     "billingcurrency": TEXT,  # old EA, MCA
+    "currency": TEXT,  # MOSP and some legacy files
     "pricingcurrency": TEXT,  # MCA
     "exchangeratepricingtobilling": NUM,  # MCA
     "effectiveprice": NUM,
     "unitprice": NUM,
     "paygprice": NUM,  # EA: billing currency; MCA: pricing currency
     "paygcostinbillingcurrency": NUM,  # MCA
+    "resourcerate": NUM,  # MOSP: the pay-as-you-go (retail) unit price
+    "offerid": TEXT,  # MOSP: MS-AZR-0003P ...
     # charge
     "chargetype": TEXT,
     "frequency": TEXT,
@@ -71,7 +90,8 @@ COLUMNS: dict[str, str] = {
     "reservationname": TEXT,
     # where
     "resourceid": TEXT,
-    "instanceid": TEXT,  # old EA
+    "instanceid": TEXT,  # old EA, MOSP
+    "resourcetype": TEXT,  # MOSP
     "resourcename": TEXT,
     "resourcelocation": TEXT,
     "availabilityzone": TEXT,
@@ -167,14 +187,20 @@ def _category_case() -> str:
     return "CASE " + " ".join(arms) + " ELSE 'Other' END"
 
 
-# Spot: the source says so, or a compute meter named "... Spot" (fee meters such as
+# Spot: the source says so, or a compute meter named "... Spot" or "... Low Priority" (fee meters such as
 # "Spot Restart Fee" are fixed-price charges, not spot-priced usage).
 SPOT = (
     "(lower(coalesce(pricingmodel, '')) = 'spot' OR ("
-    "regexp_matches(coalesce(metername, ''), '(^|\\s)spot(\\s|$)', 'i') "
+    "regexp_matches(coalesce(metername, ''), '(^|\\s)(spot|low priority)(\\s|$)', 'i') "
     "AND NOT regexp_matches(coalesce(metername, '') || ' ' || coalesce(metersubcategory, ''), "
     "'\\b(fee|charges?|restart)\\b', 'i')))"
 )
+LOW_PRIORITY = "regexp_matches(coalesce(metername, ''), '(^|\\s)low priority(\\s|$)', 'i')"
+
+# The currency columns, in the order they are trusted; a row with none of them is refused.
+CURRENCY_COLUMNS = (("billingcurrencycode", "BillingCurrencyCode"), ("billingcurrency", "BillingCurrency"),
+                    ("currency", "Currency"))
+_CURRENCY = "coalesce(" + ", ".join(f"nullif(trim({c}), '')" for c, _ in CURRENCY_COLUMNS) + ")"
 
 SELECT = """
 SELECT
@@ -195,21 +221,15 @@ SELECT
   _sub AS SubAccountId,
   nullif(subscriptionname, '') AS SubAccountName,
   'Subscription' AS SubAccountType,
-  "date" AS ChargePeriodStart,
-  "date" + INTERVAL 1 DAY AS ChargePeriodEnd,
+  _date AS ChargePeriodStart,
+  _date + INTERVAL 1 DAY AS ChargePeriodEnd,
   _billed AS BilledCost,
   _billed AS EffectiveCost,
   _billed AS ContractedCost,
   CAST(unitprice * _rate AS DECIMAL(38,12)) AS ContractedUnitPrice,
-  CASE WHEN paygcostinbillingcurrency IS NOT NULL THEN paygcostinbillingcurrency
-       WHEN _list IS NOT NULL THEN _list
-       ELSE _billed END AS ListCost,
-  CASE WHEN paygcostinbillingcurrency IS NOT NULL THEN 'paygCostInBillingCurrency'
-       WHEN _list IS NOT NULL
-         THEN CASE WHEN _rate = 1 THEN 'PayGPrice * Quantity'
-                   ELSE 'PayGPrice * Quantity * exchangeRatePricingToBilling' END
-       ELSE 'CostInBillingCurrency (no pay-as-you-go price in export)' END AS x_ListCostSource,
-  CAST(paygprice * _rate AS DECIMAL(38,12)) AS ListUnitPrice,
+  {list_cost} AS ListCost,
+  {list_source} AS x_ListCostSource,
+  {list_unit_price} AS ListUnitPrice,
   _currency AS BillingCurrency,
   coalesce(nullif(pricingcurrency, ''), _currency) AS PricingCurrency,
   CASE WHEN _ctl IN ('usage', 'unusedreservation', 'unusedsavingsplan') THEN 'Usage'
@@ -219,7 +239,7 @@ SELECT
        WHEN _ct IS NULL THEN 'Usage'
        ELSE 'Adjustment' END AS ChargeCategory,
   CASE WHEN _ctl = 'refund' THEN 'Correction' END AS ChargeClass,
-  coalesce(nullif(productname, ''), nullif(product, '')) AS ChargeDescription,
+  {description} AS ChargeDescription,
   CASE lower(replace(trim(frequency), ' ', ''))
        WHEN 'onetime' THEN 'One-Time'
        WHEN 'recurring' THEN 'Recurring'
@@ -231,7 +251,7 @@ SELECT
             'unusedsavingsplan') THEN 'Committed'
        ELSE 'Standard' END AS PricingCategory,
   CASE WHEN lower(_pm) = 'ondemand' THEN 'OnDemand'
-       WHEN _pm IS NULL AND {spot} THEN 'Spot'
+       WHEN _pm IS NULL AND {spot} THEN CASE WHEN {low_priority} THEN 'Low Priority' ELSE 'Spot' END
        ELSE _pm END AS x_PricingModel,
   CASE WHEN _pm IN ('Reservation', 'SavingsPlan')
        THEN coalesce(nullif(benefitid, ''), nullif(reservationid, '')) END AS CommitmentDiscountId,
@@ -239,16 +259,17 @@ SELECT
        THEN coalesce(nullif(benefitname, ''), nullif(reservationname, '')) END AS CommitmentDiscountName,
   CASE _pm WHEN 'Reservation' THEN 'Usage' WHEN 'SavingsPlan' THEN 'Spend' END AS CommitmentDiscountCategory,
   CASE _pm WHEN 'Reservation' THEN 'Reservation' WHEN 'SavingsPlan' THEN 'Savings Plan' END AS CommitmentDiscountType,
-  quantity AS ConsumedQuantity,
+  _qty AS ConsumedQuantity,
   nullif(unitofmeasure, '') AS ConsumedUnit,
-  quantity AS PricingQuantity,
+  _qty AS PricingQuantity,
   nullif(unitofmeasure, '') AS PricingUnit,
   nullif(lower(replace(trim(resourcelocation), ' ', '')), '') AS RegionId,
   coalesce(nullif(meterregion, ''), nullif(resourcelocation, '')) AS RegionName,
   nullif(availabilityzone, '') AS AvailabilityZone,
   _rid AS ResourceId,
   coalesce(nullif(resourcename, ''), nullif(regexp_extract(_rid, '([^/]+)/?$', 1), '')) AS ResourceName,
-  nullif(regexp_extract(_rid, '/providers/([^/]+/[^/]+)/[^/]+/?$', 1), '') AS ResourceType,
+  coalesce(nullif(regexp_extract(_rid, '/providers/([^/]+/[^/]+)/[^/]+/?$', 1), ''), nullif(trim(resourcetype), ''))
+    AS ResourceType,
   coalesce(nullif(metercategory, ''), nullif(consumedservice, '')) AS ServiceName,
   {category} AS ServiceCategory,
   nullif(meterid, '') AS SkuId,
@@ -259,22 +280,85 @@ SELECT
   _ct AS x_LineItemType,
   ba_tags(ba_json_tags(tags)) AS Tags,
   CASE WHEN ba_tags_malformed(tags) THEN tags END AS x_TagsRaw
-FROM (SELECT *, CAST(CAST(paygprice * quantity AS DECIMAL(38,12)) * _rate AS DECIMAL(38,12)) AS _list FROM (
+FROM (SELECT *,
+    CAST(CAST(paygprice * _qty AS DECIMAL(38,12)) * _rate AS DECIMAL(38,12)) AS _list,
+    CAST(resourcerate * _qty AS DECIMAL(38,12)) AS _rate_list,
+    -- a line that costs money in a usage charge: a zero or missing price there is no price
+    coalesce(_billed <> 0, false) AND (_ct IS NULL OR _ctl IN ('usage', 'unusedreservation', 'unusedsavingsplan'))
+      AS _costed
+  FROM (
   SELECT *,
     coalesce(costinbillingcurrency, cost, pretaxcost) AS _billed,
-    nullif(trim(coalesce(billingcurrencycode, billingcurrency)), '') AS _currency,
+    CASE WHEN {currency} IS NULL THEN {no_currency} ELSE {currency} END AS _currency,
+    coalesce("date", usagedatetime) AS _date,
+    coalesce(quantity, usagequantity) AS _qty,
     nullif(trim(chargetype), '') AS _ct,
     lower(trim(chargetype)) AS _ctl,
     nullif(replace(trim(pricingmodel), ' ', ''), '') AS _pm,
     coalesce(nullif(subscriptionguid, ''), nullif(subscriptionid, '')) AS _sub,
     coalesce(nullif(resourceid, ''), nullif(instanceid, '')) AS _rid,
     -- prices are in the pricing currency (MCA: often USD); costs in the billing currency
-    CASE WHEN nullif(trim(pricingcurrency), '') IS NULL
-              OR trim(pricingcurrency) = trim(coalesce(billingcurrencycode, billingcurrency)) THEN 1
+    CASE WHEN nullif(trim(pricingcurrency), '') IS NULL OR trim(pricingcurrency) = {currency} THEN 1
          ELSE exchangeratepricingtobilling END::DECIMAL(38,12) AS _rate
   FROM src
 ) AS a0) AS a
 """
+
+# Where a list cost can come from, most direct first: (declared column the file must have, the list cost,
+# x_ListCostSource, the price column a "missing" reason names, its SQL).
+PriceSource = tuple[str, str, str, str, str]
+_PAYG_COST = ("paygcostinbillingcurrency", "paygcostinbillingcurrency", "'paygCostInBillingCurrency'",
+              "paygCostInBillingCurrency", "paygcostinbillingcurrency")
+_PAYG_PRICE = ("paygprice", "_list",
+               "CASE WHEN _rate = 1 THEN 'PayGPrice * Quantity' "
+               "ELSE 'PayGPrice * Quantity * exchangeRatePricingToBilling' END", "PayGPrice", "paygprice")
+_RESOURCE_RATE = ("resourcerate", "_rate_list", "'ResourceRate * UsageQuantity'", "ResourceRate", "resourcerate")
+_NO_PRICE = "CostInBillingCurrency (no pay-as-you-go price in export)"
+
+
+def list_cost_sql(cols: dict[str, str], sources: tuple[PriceSource, ...]) -> tuple[str, str, str]:
+    """(ListCost, x_ListCostSource, ListUnitPrice) SQL for a file with these columns.
+
+    The first source whose value is usable wins.  A zero or empty price on a usage line that costs money is
+    no price: ListCost is NULL and the source says ``missing: PayGPrice = 0`` (or ``... empty``).  A file
+    without any price column keeps its cost as list cost (the source says so), as before.
+    """
+    present = [src for src in sources if src[0] in cols]
+    if not present:
+        return "_billed", lit(_NO_PRICE), "NULL::DECIMAL(38,12)"
+    ok = [f"({v} IS NOT NULL AND NOT ({v} = 0 AND _costed))" for _, v, *_ in present]
+    cost = " ".join(f"WHEN {c} THEN {v}" for c, (_, v, *_) in zip(ok, present, strict=True))
+    source = " ".join(f"WHEN {c} THEN {label}" for c, (_, _, label, *_) in zip(ok, present, strict=True))
+    _, value, _, name, price = present[0]
+    why = (f"CASE WHEN {price} = 0 THEN {lit('missing: ' + name + ' = 0')} "
+           f"WHEN {price} IS NULL THEN {lit('missing: ' + name + ' empty')} "
+           f"ELSE {lit('missing: ' + name + ' gives a zero list cost')} END")
+    list_cost = f"CASE {cost} WHEN _costed THEN NULL ELSE _billed END"
+    list_source = f"CASE {source} WHEN _costed THEN {why} ELSE {lit(_NO_PRICE)} END"
+    unit = next((p for _, _, _, n, p in present if n != "paygCostInBillingCurrency"), None)
+    if unit is None:
+        unit_price = "NULL::DECIMAL(38,12)"
+    else:
+        scale = " * _rate" if unit == "paygprice" else ""
+        unit_price = f"CASE WHEN {unit} = 0 AND _costed THEN NULL ELSE CAST({unit}{scale} AS DECIMAL(38,12)) END"
+    return list_cost, list_source, unit_price
+
+
+_LOCALISED = re.compile(r".*\(\s*([A-Za-z][A-Za-z0-9_]*)\s*\)\s*")
+
+
+def english_name(name: str) -> str:
+    """``Abonnement-GUID (SubscriptionGuid)`` -> ``subscriptionguid``: localised headers carry the English name."""
+    m = _LOCALISED.fullmatch(name)
+    return (m.group(1) if m else name).strip().lower()
+
+
+def _no_currency(cols: dict[str, str]) -> str:
+    named = next((shown for c, shown in CURRENCY_COLUMNS if c in cols), "BillingCurrencyCode")
+    have = [shown for c, shown in CURRENCY_COLUMNS if c in cols]
+    why = ("the row has no currency (" + ", ".join(have) + " empty)") if have else \
+        "the file has no currency column (BillingCurrencyCode, BillingCurrency or Currency)"
+    return row_error(named, why)
 
 
 class AzureCostDetails(ExportFormat):
@@ -283,7 +367,12 @@ class AzureCostDetails(ExportFormat):
     title = "Azure Cost Management cost details (EA PascalCase, old or new names; MCA camelCase): CSV, .csv.gz, parquet"
     file_kinds = ("parquet", "csv")
     columns = COLUMNS
-    required = ("date", "metercategory")
+    required: ClassVar[tuple[str, ...]] = ("date", "metercategory")
+    price_sources: ClassVar[tuple[PriceSource, ...]] = (_PAYG_COST, _PAYG_PRICE)
+    description: ClassVar[str] = "coalesce(nullif(productname, ''), nullif(product, ''))"
+
+    def normalize_name(self, name: str) -> str:
+        return english_name(name)
 
     def detect(self, cols: dict[str, str], kind: str) -> bool:
         return (
@@ -293,10 +382,41 @@ class AzureCostDetails(ExportFormat):
         )
 
     def render(self, cols: dict[str, str]) -> str:
-        return SELECT.format(spot=SPOT, category=_category_case())
+        list_cost, list_source, unit_price = list_cost_sql(cols, self.price_sources)
+        return SELECT.format(
+            spot=SPOT, low_priority=LOW_PRIORITY, category=_category_case(), currency=_CURRENCY,
+            no_currency=_no_currency(cols), list_cost=list_cost, list_source=list_source,
+            list_unit_price=unit_price, description=self.description,
+        )
 
     def export_of(self, path: Path) -> str | None:
         return export_from_path(path)
+
+
+class AzureUsageDetailsPayg(AzureCostDetails):
+    """Pay-as-you-go (MOSP) usage details, schema 2019-11-01: ``SubscriptionGuid``, ``UsageDateTime``,
+    ``UsageQuantity``, ``ResourceRate``, ``PreTaxCost``, ``Currency`` (PascalCase or camelCase).
+
+    The subscription is the billing account; the billing period is the usage date's month unless the file
+    has billing-period columns; every line is usage; ``ResourceRate`` is the retail price paid, so the list
+    cost is ``ResourceRate * UsageQuantity``.
+    """
+
+    id = "azure-usage-details-payg"
+    title = "Azure pay-as-you-go (MOSP) usage details, schema 2019-11-01 (PascalCase or camelCase): CSV, parquet"
+    required = ("usagedatetime", "metercategory", "pretaxcost")
+    priority = 45  # before the EA/MCA cost details, whose columns a MOSP file partly shares
+    price_sources = (_PAYG_COST, _PAYG_PRICE, _RESOURCE_RATE)
+    description = ("coalesce(nullif(productname, ''), nullif(product, ''), "
+                   "nullif(concat_ws(' - ', nullif(metercategory, ''), nullif(metersubcategory, ''), "
+                   "nullif(metername, '')), ''))")
+
+    def detect(self, cols: dict[str, str], kind: str) -> bool:
+        return (
+            has_all(cols, "usagedatetime", "metercategory", "pretaxcost")
+            and not has_any(cols, "date", "costinbillingcurrency")
+        )
+
 
 
 _RUN_FILE = re.compile(r"(?P<export>.+)_(?P<run>[0-9a-f]{8}(?:-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?)"
@@ -395,6 +515,6 @@ def _period(run: dict[str, object], path: Path) -> str:
     return ""
 
 
-FORMATS = [AzureCostDetails()]
+FORMATS = [AzureCostDetails(), AzureUsageDetailsPayg()]
 MANIFESTS = [CostExportManifest()]
 LAYOUTS = [LegacyRunFiles()]

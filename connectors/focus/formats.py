@@ -228,9 +228,9 @@ SELECT
   EffectiveCost,
   coalesce(nullif(InvoiceId, ''), nullif(x_InvoiceId, '')) AS InvoiceId,
   nullif(InvoiceIssuerName, '') AS InvoiceIssuerName,
-  coalesce(ListCost, BilledCost) AS ListCost,
-  ListUnitPrice,
-  CASE WHEN ListCost IS NOT NULL THEN 'ListCost' ELSE 'BilledCost (no ListCost in export)' END AS x_ListCostSource,
+  {list_cost} AS ListCost,
+  CASE WHEN ListUnitPrice = 0 AND {costed} THEN NULL ELSE ListUnitPrice END AS ListUnitPrice,
+  {list_source} AS x_ListCostSource,
   {pricing_category} AS PricingCategory,
   coalesce(nullif(PricingCurrency, ''), nullif(x_PricingCurrency, '')) AS PricingCurrency,
   PricingQuantity,
@@ -293,6 +293,26 @@ def _sku_price_details(cols: dict[str, str], fallback: str = "NULL") -> str:
     return f"coalesce({own}, {fallback})"
 
 
+# Usage that costs money: a ListCost of 0 (or none) there is no list price.
+_COSTED = ("(lower(coalesce(ChargeCategory, '')) = 'usage' AND (coalesce(BilledCost, 0) <> 0 "
+           "OR coalesce(EffectiveCost, 0) <> 0))")
+_NO_LIST = "'BilledCost (no ListCost in export)'"
+
+
+def list_cost_sql(cols: dict[str, str]) -> dict[str, str]:
+    """ListCost and x_ListCostSource: the file's ListCost, except that 0 or empty on a costed usage line is
+    NULL with ``missing: ListCost = 0`` (or ``... empty``); a file without ListCost keeps BilledCost, and says so."""
+    if "listcost" not in cols:
+        return {"list_cost": "BilledCost", "list_source": _NO_LIST, "costed": _COSTED}
+    ok = f"(ListCost IS NOT NULL AND NOT (ListCost = 0 AND {_COSTED}))"
+    return {
+        "list_cost": f"CASE WHEN {ok} THEN ListCost WHEN {_COSTED} THEN NULL ELSE BilledCost END",
+        "list_source": (f"CASE WHEN {ok} THEN 'ListCost' WHEN {_COSTED} THEN CASE WHEN ListCost = 0 "
+                        f"THEN 'missing: ListCost = 0' ELSE 'missing: ListCost empty' END ELSE {_NO_LIST} END"),
+        "costed": _COSTED,
+    }
+
+
 class _Focus(ExportFormat):
     file_kinds = ("parquet", "csv")
     columns = COLUMNS
@@ -320,6 +340,7 @@ class _Focus(ExportFormat):
         provider_name = f"coalesce({PROVIDER_NAME}, {self.provider_name_default})"
         x_provider = f"\n  {PROVIDER.format(name=PROVIDER_NAME)} AS x_Provider," if self.own_provider else ""
         return FOCUS_SELECT.format(
+            **list_cost_sql(cols),
             x_provider=x_provider,
             pricing_category=pricing_category,
             pricing_model=PRICING_MODEL.format(subcategory=self.pricing_subcategory, pricing_category=pricing_category),

@@ -143,9 +143,8 @@ SELECT
   coalesce(cost, 0) + credit_total AS BilledCost,
   coalesce(cost, 0) + credit_total AS EffectiveCost,
   cost AS ContractedCost,
-  coalesce(cost_at_list, cost) AS ListCost,
-  CASE WHEN cost_at_list IS NOT NULL THEN 'cost_at_list' ELSE 'cost (no cost_at_list in export)' END
-    AS x_ListCostSource,
+  {list_cost} AS ListCost,
+  {list_source} AS x_ListCostSource,
   CASE WHEN coalesce(price_unit_quantity, 1) = 1 THEN price_list END AS ListUnitPrice,
   CASE WHEN coalesce(price_unit_quantity, 1) = 1 THEN price_effective END AS ContractedUnitPrice,
   currency AS BillingCurrency,
@@ -220,6 +219,15 @@ SELECT
 FROM ({category}) AS c
 """
 
+# A zero or empty cost_at_list on usage that costs money is no list price: ListCost NULL, and the source says why.
+_COSTED = "(charge_category = 'Usage' AND coalesce(cost, 0) <> 0)"
+_LIST_OK = f"(cost_at_list IS NOT NULL AND NOT (cost_at_list = 0 AND {_COSTED}))"
+_LIST_COST = f"CASE WHEN {_LIST_OK} THEN cost_at_list WHEN {_COSTED} THEN NULL ELSE cost END"
+_LIST_SOURCE_ABSENT = "'cost (no cost_at_list in export)'"
+_LIST_SOURCE = (f"CASE WHEN {_LIST_OK} THEN 'cost_at_list' WHEN {_COSTED} THEN CASE WHEN cost_at_list = 0 "
+                f"THEN 'missing: cost_at_list = 0' ELSE 'missing: cost_at_list empty' END "
+                f"ELSE {_LIST_SOURCE_ABSENT} END")
+
 _BASE_REQUIRED = ("billing_account_id", "cost", "usage_start_time")
 
 
@@ -288,7 +296,9 @@ class GcpBilling(ExportFormat):
         fields = FIELDS_SQL.replace("{unwrapped}", unwrapped)
         derived = DERIVED_SQL.replace("{fields}", fields)
         category = CATEGORY_SQL.replace("{derived}", derived)
-        return GCP_SELECT.replace("{category}", category)
+        has_list = "cost_at_list" in cols
+        return GCP_SELECT.replace("{category}", category).replace("{list_cost}", _LIST_COST if has_list else "cost") \
+            .replace("{list_source}", _LIST_SOURCE if has_list else _LIST_SOURCE_ABSENT)
 
 
 class GcpBillingResource(GcpBilling):

@@ -42,7 +42,25 @@ WITH line_items AS (
       THEN 0
       ELSE COALESCE(line_item_net_unblended_cost, line_item_unblended_cost)
     END AS DECIMAL(38, 12)) AS EffectiveCost,
-    CAST(COALESCE(pricing_public_on_demand_cost, line_item_unblended_cost) AS DECIMAL(38, 12)) AS ListCost,
+    CAST(CASE
+      WHEN (
+        NOT pricing_public_on_demand_cost IS NULL
+        AND NOT (
+          pricing_public_on_demand_cost = 0
+          AND (
+            COALESCE(line_item_unblended_cost, 0) <> 0
+            AND line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage')
+          )
+        )
+      )
+      THEN pricing_public_on_demand_cost
+      WHEN (
+        COALESCE(line_item_unblended_cost, 0) <> 0
+        AND line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage')
+      )
+      THEN NULL
+      ELSE line_item_unblended_cost
+    END AS DECIMAL(38, 12)) AS ListCost,
     CASE
       WHEN (
         (
@@ -587,7 +605,14 @@ WITH line_items AS (
         THEN 1
         ELSE 0
       END
-    ) AS priced_effective
+    ) AS priced_effective,
+    SUM(
+      CASE
+        WHEN c.rank = 6 AND l.ListCost IS NULL
+        THEN COALESCE(l.EffectiveCost, 0)
+        ELSE 0
+      END
+    ) AS unpriced_effective
   FROM line_items AS l
   LEFT JOIN ranks AS c
     ON c.x_LineItemId = l.x_LineItemId
@@ -663,7 +688,8 @@ WITH line_items AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
-    g0.priced_effective AS priced_effective
+    g0.priced_effective AS priced_effective,
+    g0.unpriced_effective AS unpriced_effective
   FROM g0
   JOIN line_group_keys AS k
     ON k.provider IS NOT DISTINCT FROM g0.provider
@@ -824,7 +850,8 @@ WITH line_items AS (
     SUM(g.effective) AS cost,
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
-    SUM(g.priced_effective) AS priced
+    SUM(g.priced_effective) AS priced,
+    SUM(g.unpriced_effective) AS unpriced
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -938,7 +965,8 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced
 FROM ba_agg
 UNION ALL
 SELECT
@@ -959,7 +987,8 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -980,7 +1009,8 @@ SELECT
   ResourceId AS ResourceId,
   s AS s,
   e AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1001,5 +1031,6 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  rule_id AS rule_id
+  rule_id AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM fired

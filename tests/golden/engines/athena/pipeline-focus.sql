@@ -11,7 +11,29 @@ WITH line_items AS (
     CAST(ConsumedQuantity AS DECIMAL(38, 12)) AS ConsumedQuantity,
     NULLIF(ConsumedUnit, '') AS ConsumedUnit,
     CAST(EffectiveCost AS DECIMAL(38, 12)) AS EffectiveCost,
-    CAST(COALESCE(ListCost, BilledCost) AS DECIMAL(38, 12)) AS ListCost,
+    CAST(CASE
+      WHEN (
+        NOT ListCost IS NULL
+        AND NOT (
+          ListCost = 0
+          AND (
+            LOWER(COALESCE(ChargeCategory, '')) = 'usage'
+            AND (
+              COALESCE(BilledCost, 0) <> 0 OR COALESCE(EffectiveCost, 0) <> 0
+            )
+          )
+        )
+      )
+      THEN ListCost
+      WHEN (
+        LOWER(COALESCE(ChargeCategory, '')) = 'usage'
+        AND (
+          COALESCE(BilledCost, 0) <> 0 OR COALESCE(EffectiveCost, 0) <> 0
+        )
+      )
+      THEN NULL
+      ELSE BilledCost
+    END AS DECIMAL(38, 12)) AS ListCost,
     CASE
       WHEN FALSE
       THEN 'Dynamic'
@@ -601,7 +623,14 @@ WITH line_items AS (
         THEN 1
         ELSE 0
       END
-    ) AS priced_effective
+    ) AS priced_effective,
+    SUM(
+      CASE
+        WHEN c.rank = 6 AND l.ListCost IS NULL
+        THEN COALESCE(l.EffectiveCost, 0)
+        ELSE 0
+      END
+    ) AS unpriced_effective
   FROM line_items AS l
   LEFT JOIN ranks AS c
     ON c.x_LineItemId = l.x_LineItemId
@@ -677,7 +706,8 @@ WITH line_items AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
-    g0.priced_effective AS priced_effective
+    g0.priced_effective AS priced_effective,
+    g0.unpriced_effective AS unpriced_effective
   FROM g0
   JOIN line_group_keys AS k
     ON k.provider IS NOT DISTINCT FROM g0.provider
@@ -838,7 +868,8 @@ WITH line_items AS (
     SUM(g.effective) AS cost,
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
-    SUM(g.priced_effective) AS priced
+    SUM(g.priced_effective) AS priced,
+    SUM(g.unpriced_effective) AS unpriced
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -952,7 +983,8 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced
 FROM ba_agg
 UNION ALL
 SELECT
@@ -973,7 +1005,8 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -994,7 +1027,8 @@ SELECT
   ResourceId AS ResourceId,
   s AS s,
   e AS e,
-  CAST(NULL AS VARCHAR) AS rule_id
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1015,5 +1049,6 @@ SELECT
   CAST(NULL AS VARCHAR) AS ResourceId,
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
-  rule_id AS rule_id
+  rule_id AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
 FROM fired

@@ -859,7 +859,14 @@ WITH gcp_fields AS (
         THEN 1
         ELSE 0
       END
-    ) AS priced_effective
+    ) AS priced_effective,
+    SUM(
+      CASE
+        WHEN c.rank = 6 AND l.ListCost IS NULL
+        THEN COALESCE(l.EffectiveCost, 0)
+        ELSE 0
+      END
+    ) AS unpriced_effective
   FROM line_items AS l
   LEFT JOIN ranks AS c
     ON c.x_LineItemId = l.x_LineItemId
@@ -1043,7 +1050,8 @@ WITH gcp_fields AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
-    g0.priced_effective AS priced_effective
+    g0.priced_effective AS priced_effective,
+    g0.unpriced_effective AS unpriced_effective
   FROM g0
   JOIN line_group_keys AS k
     ON k.provider IS NOT DISTINCT FROM g0.provider
@@ -1204,7 +1212,8 @@ WITH gcp_fields AS (
     SUM(g.effective) AS cost,
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
-    SUM(g.priced_effective) AS priced
+    SUM(g.priced_effective) AS priced,
+    SUM(g.unpriced_effective) AS unpriced
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1318,7 +1327,8 @@ SELECT
   CAST(NULL AS STRING) AS ResourceId,
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
-  CAST(NULL AS STRING) AS rule_id
+  CAST(NULL AS STRING) AS rule_id,
+  CAST(unpriced AS BIGNUMERIC) AS unpriced
 FROM ba_agg
 UNION ALL
 SELECT
@@ -1339,7 +1349,8 @@ SELECT
   CAST(NULL AS STRING) AS ResourceId,
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
-  CAST(NULL AS STRING) AS rule_id
+  CAST(NULL AS STRING) AS rule_id,
+  CAST(NULL AS BIGNUMERIC) AS unpriced
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1360,7 +1371,8 @@ SELECT
   ResourceId AS ResourceId,
   s AS s,
   e AS e,
-  CAST(NULL AS STRING) AS rule_id
+  CAST(NULL AS STRING) AS rule_id,
+  CAST(NULL AS BIGNUMERIC) AS unpriced
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1381,5 +1393,6 @@ SELECT
   CAST(NULL AS STRING) AS ResourceId,
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
-  rule_id AS rule_id
+  rule_id AS rule_id,
+  CAST(NULL AS BIGNUMERIC) AS unpriced
 FROM fired

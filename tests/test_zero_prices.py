@@ -1,0 +1,114 @@
+"""A zero price is not a price (issue #14): NULL ListCost with the reason, and a report that leaves such
+spot lines out of the measured savings instead of counting them as a loss."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import billing_audit
+from billing_audit.config import Config
+from billing_audit.report import build_report
+from support import FIXTURES
+
+
+def _ingest(db: Path, *paths: Path) -> billing_audit.Store:
+    store = billing_audit.open(db)
+    report = store.ingest(list(paths))
+    assert not report.errors, report.errors
+    return store
+
+
+def test_2018_cur_spot_lines_with_zero_on_demand_cost(db: Path) -> None:
+    with _ingest(db, FIXTURES / "aws/cur-2018-csv") as store:
+        rows = store.con.execute(
+            "SELECT x_UsageType, PricingCategory, BilledCost, ListCost, ListUnitPrice, x_ListCostSource, Tags "
+            "FROM line_items ORDER BY x_SourceRow").fetchall()
+        spot = [r for r in rows if r[1] == "Dynamic"]
+        assert [(r[2], r[3], r[4], r[5]) for r in spot] == [
+            (Decimal("7.344"), None, None, "missing: pricing_public_on_demand_cost = 0"),
+            (Decimal("7.344"), None, None, "missing: pricing_public_on_demand_cost = 0"),
+            (Decimal("3.672"), None, None, "missing: pricing_public_on_demand_cost = 0"),
+        ]
+        # costCategory/* and resourceTags/noTags are ignored; real tags still read
+        assert {json.dumps(r[6], sort_keys=True) for r in spot} == {'{"team": "vision", "training_job": "detr-2018"}'}
+        assert rows[3][3:6] == (Decimal("6.12"), Decimal("3.06"), "pricing_public_on_demand_cost")
+        assert rows[4][3] == Decimal("1.30")  # tax keeps its cost
+        log = store.con.execute("SELECT format, periods, cost_total FROM ingest_log").fetchall()
+        assert log == [("aws-cur", "2018-06", {"USD": Decimal("25.78")})]
+
+
+def test_cur2_with_split_cost_allocation_and_cost_categories(db: Path) -> None:
+    with _ingest(db, FIXTURES / "aws/cur2-split") as store:
+        got = store.con.execute(
+            "SELECT count(*), sum(BilledCost), count(ListCost), sum(ListCost), "
+            "count(*) FILTER (WHERE x_ListCostSource = 'missing: pricing_public_on_demand_cost = 0'), "
+            "any_value(BillingAccountName), any_value(Tags['training_job']) FROM line_items").fetchone()
+        assert got == (3, Decimal("20.6668"), 2, Decimal("33.7786"), 1, "Example Split Payer", "llm-split-1")
+
+
+def _focus(tmp: Path, rows: list[str]) -> Path:
+    header = ("BilledCost,EffectiveCost,ListCost,ListUnitPrice,BillingCurrency,ChargePeriodStart,ChargePeriodEnd,"
+              "BillingPeriodStart,BillingPeriodEnd,ChargeCategory,ProviderName,BillingAccountId,ServiceName,"
+              "PricingCategory")
+    f = tmp / "focus" / "focus.csv"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return f
+
+
+def test_focus_zero_list_cost_on_a_costed_line(tmp_path: Path, db: Path) -> None:
+    common = "USD,2026-10-01,2026-10-02,2026-10-01,2026-11-01"
+    f = _focus(tmp_path, [
+        f"2.5,2.5,0,0,{common},Usage,Acme,a1,Compute,Dynamic",
+        f"2.5,2.5,7.5,3,{common},Usage,Acme,a1,Compute,Dynamic",
+        f"0,0,0,0,{common},Usage,Acme,a1,Compute,Standard",  # free: 0 is the list price
+        f"-1,-1,0,,{common},Credit,Acme,a1,Compute,",  # a credit has no list price to miss
+    ])
+    with _ingest(db, f) as store:
+        rows = store.con.execute("SELECT ListCost, ListUnitPrice, x_ListCostSource FROM line_items ORDER BY x_SourceRow"
+                                 ).fetchall()
+    assert rows == [(None, None, "missing: ListCost = 0"), (Decimal("7.5"), Decimal("3"), "ListCost"),
+                    (Decimal("0"), Decimal("0"), "ListCost"), (Decimal("0"), None, "ListCost")]
+
+
+def test_gcp_zero_cost_at_list_on_a_costed_line(tmp_path: Path, db: Path) -> None:
+    base = {"billing_account_id": "01ABCD-23EF45-678904", "service": {"id": "6F81-5844-456A", "description": "Compute Engine"},
+            "usage_start_time": "2026-10-01 00:00:00 UTC", "usage_end_time": "2026-10-01 01:00:00 UTC",
+            "project": {"id": "p1"}, "currency": "USD", "cost_type": "regular", "invoice": {"month": "202610"},
+            "credits": []}
+    lines = [
+        {**base, "sku": {"id": "A", "description": "Spot Preemptible Nvidia Tesla A100 GPU running in Americas"},
+         "cost": 1.1, "cost_at_list": 0},
+        {**base, "sku": {"id": "B", "description": "Nvidia Tesla A100 GPU running in Americas"}, "cost": 2.9,
+         "cost_at_list": 2.9},
+    ]
+    f = tmp_path / "gcp" / "gcp_billing_export_v1_01ABCD_23EF45_678904-000000000000.json"
+    f.parent.mkdir(parents=True)
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    with _ingest(db, f) as store:
+        rows = store.con.execute("SELECT ListCost, x_ListCostSource FROM line_items ORDER BY x_SourceRow").fetchall()
+    assert rows == [(None, "missing: cost_at_list = 0"), (Decimal("2.9"), "cost_at_list")]
+
+
+def test_report_leaves_unpriced_spot_out_of_savings(db: Path) -> None:
+    """ea-currency-column: two spot lines (29.384 USD) with PayGPrice 0. Before, their NULL list cost
+    counted as 0 and the job showed -29.38 of 'savings'; now they are unpriced spot cost."""
+    store = _ingest(db, FIXTURES / "azure/ea-currency-column", FIXTURES / "aws/cur-2018-csv")
+    with store:
+        store.tag()
+        report = build_report(store, Config())
+    jobs = {r["job"]: r for r in report.jobs.iter_rows(named=True)}
+    vit = jobs["vit-ea-4"]
+    assert vit["spot_compute_cost"] == Decimal("29.384")
+    assert vit["spot_unpriced_cost"] == Decimal("29.384")
+    assert vit["on_demand_equivalent_cost"] == 0
+    assert vit["gross_spot_savings"] == 0  # not -29.384
+    assert vit["savings_eroded_pct"] is None
+    assert vit["recommendation"] == "review"
+    assert any("29.38 USD of spot cost has no on-demand price" in r for r in vit["reasons"])
+    detr = jobs["detr-2018"]
+    assert (detr["spot_compute_cost"], detr["spot_unpriced_cost"], detr["gross_spot_savings"]) == (
+        Decimal("18.36"), Decimal("18.36"), 0)
+    assert detr["recommendation"] == "review"
