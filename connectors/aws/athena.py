@@ -37,6 +37,7 @@ from billing_audit.engines import pipeline
 from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
+from billing_audit.formats import NUM
 from billing_audit.rules import Rule
 from billing_audit.sql import lit
 from connectors.aws.cur2 import Cur2
@@ -149,28 +150,27 @@ def mapping_sql(table: str, kind: str, period: str | None, columns: set[str] | N
     if missing:
         raise NotPortable(f"the Athena {kind} mapping has no {', '.join(missing)}")
     present = set(src.table_columns)
+    # Glue string columns the format reads as numbers (locally parsed before the mapping sees them): every
+    # reference reads them as the local reader does ('' and blanks are no value; '1.2E-5' is a number)
+    declared = GLUE_FORMATS[kind].columns
+    numeric_text = frozenset(c for c, t in src.types.items() if t == "VARCHAR" and declared.get(c) == NUM)
     out = []
     for name in sorted(wanted, key=schema.COLUMN_NAMES.index):
         node = given[name].copy()
         if schema.BY_NAME[name].type == schema.MONEY:  # Glue doubles; the canonical money type
-            value = node.unalias()
-            if isinstance(value, exp.Column) and src.types.get(value.name.lower()) == "VARCHAR":
-                # a Glue string column (CUR 2.0 pricing_public_on_demand_rate): '' is no value, as locally (a bare
-                # CAST('' AS DECIMAL) fails the whole query); via DOUBLE, which also reads '1.2E-5'
-                value = exp.cast(exp.cast(exp.func("nullif", exp.func("trim", value), exp.Literal.string("")), "DOUBLE"),
-                                 schema.MONEY)
-            else:
-                value = exp.cast(value, schema.MONEY)
+            value = exp.cast(node.unalias(), schema.MONEY)
             node = value.as_(name)
-        out.append(_fit(node, present, src.maps))
+        out.append(_fit(node, present, src.maps, numeric_text))
     sel = exp.select(*out).from_(exp.to_table(table))
     if period is not None:
         sel = sel.where(f"billing_period = {lit(period)}", dialect="duckdb")
     return sel
 
 
-def _fit(node: exp.Expression, present: set[str], maps: frozenset[str]) -> exp.Expression:
-    """Map subscripts as ELEMENT_AT (NULL for a missing key); columns the table lacks as NULL."""
+def _fit(node: exp.Expression, present: set[str], maps: frozenset[str],
+         numeric_text: frozenset[str] = frozenset()) -> exp.Expression:
+    """Map subscripts as ELEMENT_AT (NULL for a missing key); columns the table lacks as NULL; text columns
+    the format reads as numbers as numbers."""
     for br in list(node.find_all(exp.Bracket)):
         if isinstance(br.this, exp.Column) and br.this.name.lower() in maps and len(br.expressions) == 1:
             br.replace(exp.Anonymous(this="element_at", expressions=[br.this.copy(), br.expressions[0].copy()]))
@@ -179,6 +179,9 @@ def _fit(node: exp.Expression, present: set[str], maps: frozenset[str]) -> exp.E
         name = col.name.lower()
         if not col.table and name not in present and col.name not in lambda_vars:
             col.replace(exp.Null())
+        elif not col.table and name in numeric_text and col.name not in lambda_vars:
+            col.replace(exp.cast(exp.cast(exp.func("nullif", exp.func("trim", col.copy()), exp.Literal.string("")),
+                                          "DOUBLE"), schema.MONEY))
     return node
 
 

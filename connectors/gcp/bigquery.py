@@ -145,7 +145,7 @@ def mapping_select() -> str:
     """The connector's own mapping (``billing_export``: derived values, charge category, ``GCP_SELECT``) over
     ``gcp_fields`` instead of its JSON step, in DuckDB SQL; ``_row`` becomes the line id and the provider."""
     derived = be.DERIVED_SQL.replace("{fields}", "SELECT * FROM gcp_fields")
-    select = be.GCP_SELECT.replace("{category}", be.CATEGORY_SQL.replace("{derived}", derived))
+    select = be.select_sql(derived)
     anchor = "SELECT\n  _row,\n"
     assert select.startswith("\n" + anchor), "GCP_SELECT changed shape: update connectors.gcp.bigquery"
     select = select.replace(anchor, "SELECT\n  x_LineItemId,\n  'gcp' AS x_Provider,\n", 1)

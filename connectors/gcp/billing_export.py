@@ -295,10 +295,15 @@ class GcpBilling(ExportFormat):
         unwrapped = f"SELECT {', '.join(parts)} FROM src"
         fields = FIELDS_SQL.replace("{unwrapped}", unwrapped)
         derived = DERIVED_SQL.replace("{fields}", fields)
-        category = CATEGORY_SQL.replace("{derived}", derived)
-        has_list = "cost_at_list" in cols
-        return GCP_SELECT.replace("{category}", category).replace("{list_cost}", _LIST_COST if has_list else "cost") \
-            .replace("{list_source}", _LIST_SOURCE if has_list else _LIST_SOURCE_ABSENT)
+        return select_sql(derived, has_list="cost_at_list" in cols)
+
+
+def select_sql(derived: str, has_list: bool = True) -> str:
+    """The mapping SELECT over the derived values (``DERIVED_SQL`` over some fields step): one text for the local
+    ingest and the BigQuery engine.  ``has_list``: the export has ``cost_at_list`` (the BigQuery table always does)."""
+    category = CATEGORY_SQL.replace("{derived}", derived)
+    return GCP_SELECT.replace("{category}", category).replace("{list_cost}", _LIST_COST if has_list else "cost") \
+        .replace("{list_source}", _LIST_SOURCE if has_list else _LIST_SOURCE_ABSENT)
 
 
 class GcpBillingResource(GcpBilling):

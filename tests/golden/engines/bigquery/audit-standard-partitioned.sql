@@ -102,10 +102,40 @@ WITH gcp_fields AS (
     COALESCE(cost, 0) + credit_total AS BilledCost,
     COALESCE(cost, 0) + credit_total AS EffectiveCost,
     cost AS ContractedCost,
-    COALESCE(cost_at_list, cost) AS ListCost,
     CASE
-      WHEN NOT cost_at_list IS NULL
+      WHEN (
+        NOT cost_at_list IS NULL
+        AND NOT (
+          cost_at_list = 0 AND (
+            charge_category = 'Usage' AND COALESCE(cost, 0) <> 0
+          )
+        )
+      )
+      THEN cost_at_list
+      WHEN (
+        charge_category = 'Usage' AND COALESCE(cost, 0) <> 0
+      )
+      THEN NULL
+      ELSE cost
+    END AS ListCost,
+    CASE
+      WHEN (
+        NOT cost_at_list IS NULL
+        AND NOT (
+          cost_at_list = 0 AND (
+            charge_category = 'Usage' AND COALESCE(cost, 0) <> 0
+          )
+        )
+      )
       THEN 'cost_at_list'
+      WHEN (
+        charge_category = 'Usage' AND COALESCE(cost, 0) <> 0
+      )
+      THEN CASE
+        WHEN cost_at_list = 0
+        THEN 'missing: cost_at_list = 0'
+        ELSE 'missing: cost_at_list empty'
+      END
       ELSE 'cost (no cost_at_list in export)'
     END AS x_ListCostSource,
     CASE WHEN COALESCE(price_unit_quantity, 1) = 1 THEN price_list END AS ListUnitPrice,
