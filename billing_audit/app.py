@@ -491,3 +491,22 @@ def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message],
             report = p.ingest(store, fetched, ingest_progress)
     return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
                       error=fetched.error)
+
+
+def validate(paths: Sequence[str | Path]) -> list[Any]:
+    """Describe and check export files without touching any store (:mod:`billing_audit.validate`)."""
+    from billing_audit.validate import validate as run
+
+    return run(list(paths))
+
+
+def validation_json(results: Sequence[Any]) -> dict[str, Any]:
+    from billing_audit.validate import to_json
+
+    return to_json(results)
+
+
+def validation_summary(results: Sequence[Any]) -> dict[str, int]:
+    from billing_audit.validate import summary as count
+
+    return count(results)

@@ -76,10 +76,31 @@ class ExportFormat:
         """The mapping SELECT for a file with these columns."""
         return self.select_sql
 
+    def checks(self) -> tuple[Check, ...]:
+        """What ``validate`` checks a file of this format for beyond what every format is checked for
+        (FOCUS files: conformance to the specification)."""
+        return ()
+
     def export_of(self, path: Path) -> str | None:
         """The export a file of this format belongs to, read from where the provider puts it (its folder
         layout or file name), for files no manifest claims; None when the layout does not say."""
         return None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing ``billing-audit validate`` checks a file for, with a stable id.
+
+    Either ``column``: a source column the file must have; or ``where``: a SQL predicate over the file's
+    canonical lines (``line_items`` columns) that marks each line breaking it (``where_column`` names the
+    column it is about)."""
+
+    id: str
+    severity: str  # error | warning
+    message: str
+    where: str | None = None
+    column: str | None = None
+    where_column: str | None = None
 
 
 @dataclass

@@ -38,10 +38,11 @@ def _register() -> None:
         search_cmd,
         summary_cmd,
         tag_cmd,
+        validate_cmd,
     )
 
     for module in (ingest_cmd, summary_cmd, tag_cmd, rules_cmd, explain_cmd, report_cmd, lines_export_cmd, search_cmd,
-                   pull_cmd, generate_cmd):
+                   pull_cmd, generate_cmd, validate_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
 

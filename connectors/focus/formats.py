@@ -14,7 +14,7 @@ SELECT and differ only in how tags, usage type and pricing model are read:
 
 from __future__ import annotations
 
-from billing_audit.formats import NUM, RAW, TEXT, TIME, ExportFormat, ManifestReader, has_all, has_any, table_columns
+from billing_audit.formats import NUM, RAW, TEXT, TIME, Check, ExportFormat, ManifestReader, has_all, has_any, table_columns
 
 # FOCUS 1.0, 1.1 and 1.2 columns the store keeps, with the kind each is parsed as.  Names match
 # case-insensitively, so the AWS lower-case Glue names and the Azure PascalCase names both answer.
@@ -327,6 +327,11 @@ class _Focus(ExportFormat):
     provider_name_default: str = "NULL"
     sku_details_fallback: str = "NULL"
     own_provider: bool = False  # the SELECT outputs x_Provider itself (from ProviderName)
+
+    def checks(self) -> tuple[Check, ...]:
+        from connectors.focus.conformance import CHECKS
+
+        return CHECKS
 
     @staticmethod
     def is_focus(cols: dict[str, str]) -> bool:
