@@ -72,6 +72,7 @@ class Report:
             "teams": _records(self.teams),
             "daily": _records(self.daily),
             "totals": _records(self.totals),
+            "warnings": list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
         }
 
 
@@ -194,7 +195,8 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     if not store._has_table("line_categories"):  # stores tagged before the view existed
         from billing_audit.tagging import LINE_CATEGORY_VIEW
 
-        con.execute(LINE_CATEGORY_VIEW)
+        con.execute(LINE_CATEGORY_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW")
+                    if store.read_only else LINE_CATEGORY_VIEW)
     warnings = _staleness(con)
     prepare(con, cfg, period, cost_basis)
     return _build(store, cfg, period, cost_basis, warnings, _rules_fired(store, period))
