@@ -50,25 +50,26 @@ def check_period(period: str | None) -> None:
 
 # -- the store ----------------------------------------------------------------------------------------------------
 def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None,
-           config_path: str | None = None) -> IngestReport:
+           config_path: str | None = None, *, wait: float | None = None,
+           on_wait: Callable[[str], None] | None = None) -> IngestReport:
     """Load export files or folders; ``progress(file, rows)`` is called after each file.  The config's
     ``[exports]`` table says which export counts the lines two exports both deliver."""
     from billing_audit.config import load_config
 
     policy = load_config(config_path).overlap_policy()
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
         return store.ingest([str(p) for p in paths], progress=progress, overlap=policy)
 
 
 def summary(db: str) -> pl.DataFrame:
     """Lines and cost per provider, billing period and currency."""
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, read_only=True) as store:
         return store.summary()
 
 
 def owners(db: str) -> pl.DataFrame:
     """Which export's delivery holds each provider, billing account and period, and how it was dated."""
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, read_only=True) as store:
         return store.owners()
 
 
@@ -80,7 +81,7 @@ class Explanation:
 
 def explain(db: str, line_item_id: str) -> Explanation:
     """One line item and every rule that matched it."""
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, read_only=True) as store:
         line, hits = store.explain(line_item_id)
     return Explanation(line, hits)
 
@@ -90,7 +91,7 @@ def lines_export(db: str, folder: str | Path, period: str | None = None) -> int:
     from billing_audit.engines import write_lines
 
     check_period(period)
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, read_only=True) as store:
         return write_lines(store, Path(folder), period)
 
 
@@ -197,7 +198,8 @@ class TagResult:
 
 def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
         params: Sequence[str] | dict[str, str] = (), config_path: str | None = None, period: str | None = None,
-        engine: str = "duckdb", engine_options: EngineOptions | None = None) -> TagResult:
+        engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
+        on_wait: Callable[[str], None] | None = None) -> TagResult:
     """Run the rules over the store (hits in rule_hits), or on ``engine`` (hit counts and aggregates come back).
 
     ``params`` are NAME=VALUE strings (or a dict), converted to the types the rules declare.
@@ -219,14 +221,14 @@ def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (
 
         checkpoint = cfg.checkpoint_settings()
         merged = {**checkpoint_params(chosen, checkpoint), **typed}
-        with billing_audit.open(db) as store:
+        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
             run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
                                 checkpoint, options=engine_options)
             run = engine_run(store, run_id)
             counts = engine_rule_counts(store, run_id)
         return TagResult(engine, run_id, chosen, [(r, counts.get(r.id, 0)) for r in chosen], sum(counts.values()),
                          engine_run=run)
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
         result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
     by_id = {r.id: r for r in chosen}
     rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
@@ -264,7 +266,8 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
 
 
 def report(db: str, config_path: str | None = None, period: str | None = None, basis: str = "effective",
-           engine: str = "duckdb", engine_options: EngineOptions | None = None) -> ReportResult:
+           engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
+           on_wait: Callable[[str], None] | None = None) -> ReportResult:
     """Interruption overhead per job and team.  On another engine, an earlier run with the same source,
     period, basis, config and rules is reused; otherwise the engine runs the rules and the aggregation."""
     from billing_audit.config import load_config
@@ -272,27 +275,69 @@ def report(db: str, config_path: str | None = None, period: str | None = None, b
 
     check_period(period)
     cfg = load_config(config_path)
-    with billing_audit.open(db) as store:
-        if engine != "duckdb":
-            return _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
-        return ReportResult(build_report(store, cfg, period, basis))
+    if engine != "duckdb":  # the engine run is stored: a write, on a store that must exist
+        require_store(db)
+        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+            result = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
+            period_warning(store, period, result.report)
+            return result
+    with billing_audit.open(db, read_only=True) as store:
+        result = ReportResult(build_report(store, cfg, period, basis))
+        period_warning(store, period, result.report)
+        return result
 
 
-def export(db: str, out_file: str | Path, by: str = "team", fmt: str = "csv", config_path: str | None = None,
+def period_warning(store: Any, period: str | None, rep: Report) -> None:
+    """A period the store holds no lines for is said (in ``rep.warnings``), with the periods it does hold."""
+    from billing_audit.report import store_periods
+
+    if period is None:
+        return
+    held = store_periods(store)
+    if period not in held:
+        holds = f"the store holds {', '.join(held)}" if held else "the store holds no lines"
+        rep.warnings.append(f"no lines for {period}; {holds}")
+
+
+def require_store(db: str | Path | None) -> None:
+    """The store must exist (a read, or a run that only adds to an existing store)."""
+    from billing_audit.store import resolve_db
+
+    path = resolve_db(db)
+    if not path.exists():
+        raise BillingAuditError(f"no store at {path}: run `billing-audit ingest` first")
+
+
+def export(db: str, out_file: str | Path | None, by: str = "team", fmt: str = "csv", config_path: str | None = None,
            period: str | None = None, basis: str = "effective") -> pl.DataFrame:
-    """Write the finance file (per team or job, every billing period unless ``period``); returns its rows."""
+    """Write the finance file (per team or job, every billing period unless ``period``); returns its rows.
+    ``out_file=None`` writes nothing (:func:`export_text` gives the text for stdout; parquet has none)."""
     from billing_audit import outputs
     from billing_audit.config import load_config
     from billing_audit.report import build_report, store_periods
 
     check_period(period)
     cfg = load_config(config_path)
-    with billing_audit.open(db) as store:
+    if out_file is None and fmt == "parquet":
+        raise BillingAuditError("--out -: parquet is binary and is not written to stdout; give a file name, "
+                                "or --format csv or json")
+    with billing_audit.open(db, read_only=True) as store:
         periods = [period] if period else store_periods(store)
         reports = [build_report(store, cfg, p, basis) for p in periods]
     df = outputs.export_frame(reports, by)
-    outputs.write_export(df, fmt, Path(out_file))
+    if out_file is not None:
+        check_out_folder(Path(out_file))
+        outputs.write_export(df, fmt, Path(out_file))
     return df
+
+
+def export_text(df: pl.DataFrame, fmt: str) -> str:
+    """The finance file as text (csv or json), as :func:`export` would write it."""
+    from billing_audit import outputs
+
+    if fmt == "parquet":
+        raise BillingAuditError("parquet is binary: write it to a file")
+    return outputs.export_text(df, fmt)
 
 
 def render_report(report: Report, fmt: str) -> str:
@@ -325,11 +370,17 @@ def render_report(report: Report, fmt: str) -> str:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` (UTF-8), creating its folder."""
+    """Write ``text`` to ``path`` (UTF-8); a folder that does not exist is an error (a typo, not a new folder)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    check_out_folder(p)
     p.write_text(text, encoding="utf-8")
     return p
+
+
+def check_out_folder(path: Path) -> None:
+    """--out FILE into a folder that does not exist is refused, never created."""
+    if not path.parent.is_dir():
+        raise BillingAuditError(f"--out {path}: no folder {path.parent}; create it first")
 
 
 # -- audit --------------------------------------------------------------------------------------------------------
@@ -348,7 +399,8 @@ class AuditResult:
 def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
-          on_ingested: Callable[[IngestReport], None] | None = None) -> AuditResult:
+          on_ingested: Callable[[IngestReport], None] | None = None, *, wait: float | None = None,
+          on_wait: Callable[[str], None] | None = None) -> AuditResult:
     """The monthly audit: ingest ``paths``, tag, report, and write report.html, report.json, jobs.csv and
     teams.csv to ``out_dir``.  A file that fails to ingest is in ``result.ingest.errors``; the rest is audited.
     ``on_ingested`` is called with the ingest's report before the tagging starts."""
@@ -358,12 +410,15 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
     from billing_audit.report import build_report
 
     check_period(period)
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
     cfg = load_config(config_path)
-    ingested = ingest(db, paths, progress, config_path)
+    ingested = ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait)
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
         if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
             res = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=False)
             rep, run = res.report, res.engine_run
@@ -410,7 +465,7 @@ def search(db: str, query: str, *, period: str | None = None, since: date | None
 
     check_period(period)
     threshold = fail_above if isinstance(fail_above, Decimal) else parse_amount(fail_above)
-    with billing_audit.open(db) as store:
+    with billing_audit.open(db, read_only=True) as store:
         result = run_search(store, query, exact=exact, period=period, since=since, provider=provider,
                             limit=limit, lines=lines)
     return SearchOutcome(result, threshold=threshold, over=result.over(threshold) if threshold is not None else [])
@@ -467,7 +522,8 @@ class PullResult:
 
 
 def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message], None] | None = None,
-         progress: FetchProgress | None = None, ingest_progress: Progress | None = None) -> PullResult:
+         progress: FetchProgress | None = None, ingest_progress: Progress | None = None, wait: float | None = None,
+         on_wait: Callable[[str], None] | None = None) -> PullResult:
     """Fetch what changed from connector ``source`` (its ``PULLER.Options``), then ingest it into ``db``.
 
     ``say`` gets the connector's messages as they come (after planning, after fetching); ``progress``
@@ -487,7 +543,7 @@ def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message],
         tell(m)
     report = None
     if fetched.ready:
-        with billing_audit.open(db) as store:
+        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
             report = p.ingest(store, fetched, ingest_progress)
     return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
                       error=fetched.error)

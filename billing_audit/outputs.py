@@ -132,6 +132,15 @@ def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
     return out.select([*keys, *EXPORT_COMPONENTS]).sort(keys)
 
 
+def export_text(df: pl.DataFrame, fmt: str) -> str:
+    """The finance file as text: csv (the one CSV writer) or json (amounts to 4 places)."""
+    if fmt == "csv":
+        return inert.csv_text(df)
+    rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
+            for r in df.iter_rows(named=True)]
+    return json_inert(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n"
+
+
 def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:
     """Write through a temporary file, so a full disk never leaves half an export behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,9 +152,7 @@ def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:
         elif fmt == "parquet":
             df.write_parquet(tmp)
         else:
-            rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
-                    for r in df.iter_rows(named=True)]
-            tmp.write_text(json_inert(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n", encoding="utf-8")
+            tmp.write_text(export_text(df, "json"), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)

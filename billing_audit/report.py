@@ -72,6 +72,7 @@ class Report:
             "teams": _records(self.teams),
             "daily": _records(self.daily),
             "totals": _records(self.totals),
+            "warnings": list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
         }
 
 
@@ -200,6 +201,11 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
             "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"))
     if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
         raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
+    if not store._has_table("line_categories"):  # stores tagged before the view existed
+        from billing_audit.tagging import LINE_CATEGORY_VIEW
+
+        con.execute(LINE_CATEGORY_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW")
+                    if store.read_only else LINE_CATEGORY_VIEW)
     prepare(con, cfg, period, cost_basis)
     return _build(store, cfg, period, cost_basis, [], _rules_fired(store, period))
 

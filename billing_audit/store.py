@@ -164,6 +164,26 @@ def checkpoint_params(rules: Sequence[Any], checkpoint: dict[str, Any] | None) -
     return merged
 
 
+def lock_wait(wait: float | None) -> float:
+    """How long to wait for a store another process holds: ``wait``, else $BILLING_AUDIT_LOCK_TIMEOUT, else 10 s."""
+    if wait is not None:
+        return max(0.0, float(wait))
+    raw = os.environ.get("BILLING_AUDIT_LOCK_TIMEOUT", "10")
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise BillingAuditError(f"BILLING_AUDIT_LOCK_TIMEOUT={raw!r}: expected a number of seconds") from None
+
+
+def holder(message: str) -> str:
+    """Who holds the store, from DuckDB's "Conflicting lock is held in <program> (PID <n>)"."""
+    m = re.search(r"held in (.+?) \(PID (\d+)\)", message)
+    if m:
+        return f"process {m.group(2)} ({Path(m.group(1)).name})"
+    m = re.search(r"PID (\d+)", message)
+    return f"process {m.group(1)}" if m else "another process"
+
+
 def resolve_db(path: str | os.PathLike[str] | None) -> Path:
     return Path(path or os.environ.get("BILLING_AUDIT_DB") or DEFAULT_DB)
 
@@ -176,33 +196,43 @@ class Store:
     >>> store.ingest(["fixtures/aws"]).rows                   # doctest: +SKIP
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+                 wait: float | None = None, on_wait: Callable[[str], None] | None = None):
         self.path = resolve_db(path)
         self.read_only = read_only
+        self.wait = lock_wait(wait)
+        self.on_wait = on_wait
+        if read_only and not self.path.exists():
+            raise BillingAuditError(f"no store at {self.path}: run `billing-audit ingest` first")
         self._connect()
         if not read_only:
             self._create()
 
     def _connect(self) -> None:
-        """Open the store; while another process holds it, wait up to $BILLING_AUDIT_LOCK_TIMEOUT s (10)."""
-        deadline = time.monotonic() + float(os.environ.get("BILLING_AUDIT_LOCK_TIMEOUT", "10"))
+        """Open the store.  Readers (read_only) open side by side; while a writer holds the store, or a writer
+        finds readers, wait up to ``wait`` seconds (--wait, $BILLING_AUDIT_LOCK_TIMEOUT, 10), saying so once
+        through ``on_wait``, then fail naming the process that holds it."""
+        deadline = time.monotonic() + self.wait
+        told = False
         while True:
             try:
                 self.con = duckdb.connect(str(self.path), read_only=self.read_only)
                 break
             except duckdb.Error as e:
                 msg = str(e)
-                if "Conflicting lock" in msg and time.monotonic() < deadline:
+                if "Conflicting lock" not in msg:
+                    raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
+                who = holder(msg)
+                if time.monotonic() < deadline:
+                    if not told and self.on_wait is not None:
+                        self.on_wait(f"waiting for {who} to close the store {self.path} (up to {self.wait:g} s)")
+                        told = True
                     time.sleep(0.2)
                     continue
-                if "Conflicting lock" in msg:
-                    m = re.search(r"PID (\d+)", msg)
-                    who = f" (process {m.group(1)})" if m else ""
-                    raise BillingAuditError(
-                        f"{self.path}: the store is in use by another billing-audit process{who}; "
-                        "try again when it has finished (or raise BILLING_AUDIT_LOCK_TIMEOUT)"
-                    ) from None
-                raise BillingAuditError(f"{self.path}: cannot open store: {explain_duckdb_error(e)}") from None
+                raise BillingAuditError(
+                    f"{self.path}: the store is in use by {who}; try again when it has finished "
+                    "(or wait longer: --wait SECONDS, or $BILLING_AUDIT_LOCK_TIMEOUT)"
+                ) from None
         configure(self.con)
         install_macros(self.con)
 
@@ -680,6 +710,12 @@ def _part_fp(file_fp: str, display: str, whole: bool) -> str:
     return hashlib.sha256((file_fp + "!" + member).encode()).hexdigest()
 
 
-def open(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Store:  # noqa: A001
-    """Open (creating if needed) a store; ``path`` defaults to $BILLING_AUDIT_DB or ./billing-audit.duckdb."""
-    return Store(path, read_only=read_only)
+def open(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,  # noqa: A001
+         wait: float | None = None, on_wait: Callable[[str], None] | None = None) -> Store:
+    """Open a store; ``path`` defaults to $BILLING_AUDIT_DB or ./billing-audit.duckdb.
+
+    ``read_only=True`` (what reading needs): the store must exist (else BillingAuditError "no store at ..."),
+    nothing is created, and any number of readers open it side by side.  Otherwise the store is created if
+    needed and opened for writing, which waits for readers and writers to close it: up to ``wait`` seconds
+    ($BILLING_AUDIT_LOCK_TIMEOUT, default 10), calling ``on_wait(message)`` once when it has to wait."""
+    return Store(path, read_only=read_only, wait=wait, on_wait=on_wait)

@@ -93,8 +93,8 @@ def test_second_process_fails_clearly_then_waits(tmp_path: Path) -> None:
         env = {**os.environ, "BILLING_AUDIT_LOCK_TIMEOUT": "0.5"}
         p = subprocess.run([*CLI, "ingest", str(PARQUET_DIR), "--db", str(db)], env=env, capture_output=True, text=True)
         assert p.returncode == 2
-        assert "in use by another billing-audit process" in p.stderr
-        assert f"process {holder.pid}" in p.stderr
+        assert f"in use by process {holder.pid}" in p.stderr
+        assert "waiting for process" in p.stderr
         env["BILLING_AUDIT_LOCK_TIMEOUT"] = "30"  # this one waits for the holder to finish
         p = subprocess.run([*CLI, "ingest", str(PARQUET_DIR), "--db", str(db), "-q"], env=env, capture_output=True,
                            text=True)

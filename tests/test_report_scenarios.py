@@ -188,7 +188,7 @@ def test_json_shape_is_stable(store_path: Path) -> None:
                                   "--config", str(BUDGETS)])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert list(data) == ["period", "cost_basis", "jobs", "teams", "daily", "totals"]
+    assert list(data) == ["period", "cost_basis", "jobs", "teams", "daily", "totals", "warnings"]
     assert (data["period"], data["cost_basis"]) == ("2026-11", "effective")
     for job in data["jobs"]:
         assert set(JOB_FIELDS) <= set(job)

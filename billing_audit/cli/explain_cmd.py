@@ -19,9 +19,12 @@ SHOWN = ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAc
 def explain(line_item_id: str, db: str) -> None:
     """Show one line item, every rule that matched it and why, and where it came from.
 
+    Read-only; no store at --db is an error (exit 2).
+
     \b
-    Example:
+    Examples:
       billing-audit explain aws-1b57f7bf1241-7
+      billing-audit explain aws-1b57f7bf1241-7 --db audit.duckdb
     """
     found = app.explain(db, line_item_id)
     line = found.line

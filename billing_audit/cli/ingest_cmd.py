@@ -7,8 +7,8 @@ import sys
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import Bars, err, print_ingest
-from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option
+from billing_audit.cli.console import Bars, err, print_ingest, say
+from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option, wait_option
 from billing_audit.formats import describe_formats
 
 HELP = f"""Load billing export files or folders into the store.
@@ -30,11 +30,14 @@ deliver the same lines, they are counted once and the ingest says how many
 ([exports] in the config chooses which export keeps them).  Re-ingesting an
 unchanged delivery does nothing.  A bad file is reported with its row and
 column, lands nothing, and the other files still load (exit code 2).
+The store is created if needed; while readers (report, summary, a notebook)
+or another writer hold it, ingest says so and waits up to --wait seconds.
 
 \b
 Examples:
   billing-audit ingest cur/my-report/year=2026/month=10/
   billing-audit --debug ingest export.csv.gz --db audit.duckdb
+  billing-audit ingest exports/ --wait 120     # a nightly job beside notebooks
 """
 
 
@@ -43,11 +46,12 @@ Examples:
 @db_option
 @config_option()
 @quiet_option("No progress bar or summary line.")
+@wait_option
 @handle_errors
-def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool) -> None:
+def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool, wait: float) -> None:
     with Bars() as bars:
         report = app.ingest(db, paths, progress=bars.ingest if not quiet and err.is_terminal else None,
-                            config_path=config_path)
+                            config_path=config_path, wait=wait, on_wait=say)
     print_ingest(report, quiet)
     if report.failed:
         sys.exit(2)

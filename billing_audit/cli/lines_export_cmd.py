@@ -18,12 +18,14 @@ def lines_export(folder: str, db: str, period: str | None) -> None:
     """Write the store's canonical line items as parquet partitioned by provider and billing period.
 
     For Spark (`--engine spark --spark-lines FOLDER`) or any parquet reader.  A folder this
-    command wrote before is replaced whole; another non-empty folder is refused.
+    command wrote before is replaced whole; another non-empty folder is refused.  Reads the
+    store read-only; no store at --db is an error (exit 2).
 
     \b
     Examples:
       billing-audit lines-export lines/ --period 2026-10
       billing-audit tag --engine spark --spark-lines lines/
+      billing-audit lines-export lines/ --db audit.duckdb
     """
     n = app.lines_export(db, folder, period)
     say(f"wrote {n:,} line items to {folder}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,13 +24,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(f: F) -> F:
-    """A BillingAuditError (or an I/O failure) becomes one line on stderr and its exit code; --debug re-raises."""
+    """A BillingAuditError (or an I/O failure) becomes one line on stderr and its exit code; --debug re-raises.
+    A closed stdout (``| head``) exits 0 quietly."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         try:
-            return f(*args, **kwargs)
+            result = f(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+            return result
+        except BrokenPipeError:  # `billing-audit report | head`: the reader has all it wants; exit 0, quietly
+            closed_pipe()
         except BillingAuditError as e:
             if ctx.find_root().params.get("debug"):
                 raise
@@ -45,6 +51,23 @@ def handle_errors(f: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def closed_pipe() -> None:
+    """stdout's reader went away: point stdout at /dev/null (so the exit flush cannot fail again) and exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
+
+
+def wait_option(f: F) -> F:
+    """--wait: how long a command that writes the store waits for other processes to close it."""
+    return click.option(
+        "--wait", "wait", type=click.FloatRange(min=0), default=10.0, show_default=True, metavar="SECONDS",
+        envvar="BILLING_AUDIT_LOCK_TIMEOUT", show_envvar=True,
+        help="Wait this long for readers or another writer to close the store, then fail naming who holds it.",
+    )(f)
 
 
 def db_option(f: F) -> F:

@@ -15,7 +15,7 @@ import click
 
 from billing_audit import app, pulling
 from billing_audit.cli.console import Bars, echo, err, print_ingest
-from billing_audit.cli.options import db_option, handle_errors, model_options
+from billing_audit.cli.options import db_option, handle_errors, model_options, wait_option
 from billing_audit.errors import BillingAuditError
 
 GROUP_HELP = """Fetch what changed since the last pull from {titles}, then ingest it.
@@ -46,8 +46,9 @@ def build(name: str) -> click.Command:
 
     @click.command(name, help=puller.help)
     @model_options(puller.Options, shared={puller.db_before: db_option})
+    @wait_option
     @handle_errors
-    def command(db: str, **values: Any) -> None:
+    def command(db: str, wait: float, **values: Any) -> None:
         options = puller.Options(**values)
         quiet = bool(options.quiet)
         show = not quiet and err.is_terminal
@@ -57,7 +58,8 @@ def build(name: str) -> click.Command:
                     bars.say(str(m))
 
             result = app.pull(name, options, db, say=tell, progress=bars if show else None,
-                              ingest_progress=bars.ingest if show else None)
+                              ingest_progress=bars.ingest if show else None, wait=wait,
+                              on_wait=bars.say)
         if result.dry_run is not None:
             for line in result.dry_run.lines:
                 echo(line)

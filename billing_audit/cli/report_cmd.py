@@ -19,6 +19,7 @@ from billing_audit.cli.options import (
     handle_errors,
     period_option,
     quiet_option,
+    wait_option,
 )
 from billing_audit.store import IngestReport
 
@@ -28,30 +29,39 @@ from billing_audit.store import IngestReport
 @config_option()
 @period_option()
 @format_option("table", "json", "csv", "markdown", "html")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False),
+              help="Write to this file instead of stdout (- is stdout); its folder must exist.")
 @basis_option
 @engine_options
+@wait_option
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
-           engine_opts: dict[str, Any]) -> None:
+           engine_opts: dict[str, Any], wait: float) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
-    Reads the store and the rule hits (run `billing-audit tag` first).
+    Reads the store and the rule hits (run `billing-audit tag` first), read-only: side by side with
+    other readers.  No store at --db is an error (exit 2); a --period the store holds no lines for is
+    a warning on stderr (and in the JSON's warnings).  --wait: other engines store their run.
 
     \b
     Examples:
       billing-audit report --period 2026-10
       billing-audit report --format json --out report.json
+      billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
       billing-audit report --engine spark --spark-master spark://head:7077
     """
     engine, options = engine_settings(engine_opts)
-    result = app.report(db, config_path, period, cost_basis, engine, options)
+    result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say)
+    if out_file == "-":
+        out_file = None
     if result.engine_run is not None:
         print_run(result.engine_run)
     if fmt == "table" and out_file is None:
         print_report(result.report)
         return
+    for w in result.report.warnings:
+        say(f"warning: {w}")
     text = app.render_report(result.report, fmt)
     if out_file:
         app.write_text(out_file, text)
@@ -66,7 +76,8 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
 @period_option()
 @click.option("--by", type=click.Choice(["team", "job"]), default="team", show_default=True)
 @format_option("csv", "parquet", "json")
-@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="File to write.")
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
+              help="File to write (its folder must exist); - writes csv or json to stdout.")
 @basis_option
 @handle_errors
 def export(db: str, config_path: str | None, period: str | None, by: str, fmt: str, out_file: str,
@@ -81,7 +92,12 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
     Examples:
       billing-audit export --by team --format csv --out surcharges-2026-10.csv --period 2026-10
       billing-audit export --by job --format parquet --out jobs.parquet
+      billing-audit export --format json --out - | jq length
     """
+    if out_file == "-":
+        df = app.export(db, None, by, fmt, config_path, period, cost_basis)
+        click.echo(app.export_text(df, fmt), nl=False)
+        return
     df = app.export(db, out_file, by, fmt, config_path, period, cost_basis)
     say(f"wrote {out_file} ({df.height} rows)")
 
@@ -96,19 +112,22 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @basis_option
 @quiet_option("No progress bar or table.")
 @engine_options
+@wait_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine_opts: dict[str, Any]) -> None:
+          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
-    the job table.  Exits 2 if a file failed to ingest (the rest is still audited).
+    the job table.  Exits 2 if a file failed to ingest (the rest is still audited), and
+    if a PATH does not exist (nothing is audited).
 
     \b
     Examples:
       billing-audit audit fixtures/ --db demo.duckdb --out demo-report
       billing-audit audit exports/2026-10/ --period 2026-10 --config billing-audit.toml
       billing-audit audit fixtures/ --engine spark --out spark-report
+      billing-audit audit exports/2026-10/ --wait 120    # wait for readers to close the store
     """
     engine, options = engine_settings(engine_opts)
     with Bars() as bars:
@@ -117,7 +136,8 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
             print_ingest(r, quiet)
 
         result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
-                           progress=bars.ingest if not quiet and err.is_terminal else None, on_ingested=ingested)
+                           progress=bars.ingest if not quiet and err.is_terminal else None, on_ingested=ingested,
+                           wait=wait, on_wait=bars.say)
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:

@@ -41,12 +41,14 @@ def search(query: str, db: str, period: str | None, since: datetime | None, prov
     interrupt ~ interruption ~ evict ~ eviction ~ preempt ~ preemption ~ preemptible ~ reclaim;
     restart ~ recovery ~ relaunch ~ resume ~ "preemption overhead";
     spot ~ preemptible ~ low priority.
+    Read-only; no store at --db is an error (exit 2).
 
     \b
     Examples:
       billing-audit search "spot restart"
       billing-audit search interrupt --provider azure --period 2026-10 --format json
       billing-audit search "spot restart" --fail-above 10 --format json   # daily automation
+      billing-audit search restart --format csv | head -1                 # a closed pipe exits 0
       billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
     """
     found = app.search(db, query, period=period, since=since.date() if since else None, provider=provider,

@@ -17,11 +17,12 @@ from billing_audit.cli.options import db_option, format_option, handle_errors
 @handle_errors
 def summary(db: str, fmt: str, by_export: bool) -> None:
     """Lines and cost in the store per provider, billing period and currency, and which export's delivery
-    holds each period.
+    holds each period.  Read-only; no store at --db is an error (exit 2), never a new empty store.
 
     \b
     Examples:
       billing-audit summary --format csv > totals.csv
+      billing-audit summary --db typo.duckdb             # exit 2: no store at typo.duckdb
       billing-audit summary --exports --format json      # which delivery owns each period
     """
     if by_export:

@@ -19,6 +19,7 @@ from billing_audit.cli.options import (
     period_option,
     quiet_option,
     rules_option,
+    wait_option,
 )
 from billing_audit.inert import text
 
@@ -33,10 +34,11 @@ from billing_audit.inert import text
 @quiet_option("No summary line.")
 @period_option("Other engines: only this billing month (BigQuery and Athena need it).")
 @engine_options
+@wait_option
 @handle_errors
 def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
         params: tuple[str, ...], config_path: str | None, quiet: bool, period: str | None,
-        engine_opts: dict[str, Any]) -> None:
+        engine_opts: dict[str, Any], wait: float) -> None:
     """Run the rules over the store and record what they match in rule_hits.
 
     Re-tagging replaces the earlier hits of the rules that run: never duplicates.
@@ -47,9 +49,11 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
       billing-audit tag --select restart_fee             # one category
       billing-audit tag --rules team-rules/ --param min_cost=0.01
       billing-audit tag --engine spark --spark-lines s3a://billing/lines/
+      BILLING_AUDIT_LOCK_TIMEOUT=60 billing-audit tag   # wait up to 60 s for readers
     """
     engine, options = engine_settings(engine_opts)
-    result = app.tag(db, rule_dirs, select, exclude, params, config_path, period, engine, options)
+    result = app.tag(db, rule_dirs, select, exclude, params, config_path, period, engine, options,
+                     wait=wait, on_wait=say)
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:
