@@ -202,7 +202,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
         raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
     if not store._has_table("line_categories"):  # stores tagged before the view existed
-        from billing_audit.tagging import LINE_CATEGORY_VIEW
+        from billing_audit.ddl import LINE_CATEGORY_VIEW
 
         con.execute(LINE_CATEGORY_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW")
                     if store.read_only else LINE_CATEGORY_VIEW)

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from billing_audit import schema
+from billing_audit.ddl import BOOKKEEPING, LINE_ITEMS
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
@@ -49,52 +49,6 @@ DEFAULT_DB = "billing-audit.duckdb"
 # providers (GCP FOCUS: 07:00 UTC); shifting by two weeks before truncating maps
 # any time zone's period start to its own month.
 PERIOD = "date_trunc('month', BillingPeriodStart + INTERVAL 14 DAY)"
-
-BOOKKEEPING = [
-    """CREATE TABLE IF NOT EXISTS deliveries (
-        ingest_id BIGINT PRIMARY KEY,
-        delivery_key VARCHAR NOT NULL,
-        label VARCHAR,
-        version TIMESTAMP NOT NULL,
-        version_rank INTEGER NOT NULL,
-        version_source VARCHAR,
-        fingerprint VARCHAR NOT NULL,
-        status VARCHAR NOT NULL,
-        slice_keys STRUCT(p VARCHAR, a VARCHAR, s TIMESTAMP)[],
-        ingested_at TIMESTAMP NOT NULL,
-        export VARCHAR,
-        file_time TIMESTAMP)""",
-    """CREATE TABLE IF NOT EXISTS slices (
-        x_Provider VARCHAR NOT NULL,
-        BillingAccountId VARCHAR,
-        BillingPeriodStart TIMESTAMP,
-        ingest_id BIGINT NOT NULL,
-        rows BIGINT NOT NULL,
-        export VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS file_stats (
-        path VARCHAR PRIMARY KEY,
-        size BIGINT NOT NULL,
-        mtime_ns BIGINT NOT NULL,
-        fingerprint VARCHAR NOT NULL,
-        ctime_ns BIGINT)""",
-    """CREATE TABLE IF NOT EXISTS ingest_log (
-        ingest_id BIGINT NOT NULL,
-        file VARCHAR NOT NULL,
-        fingerprint VARCHAR NOT NULL,
-        format VARCHAR NOT NULL,
-        provider VARCHAR NOT NULL,
-        delivery_key VARCHAR NOT NULL,
-        periods VARCHAR,
-        rows BIGINT NOT NULL,
-        cost_total MAP(VARCHAR, DECIMAL(38,12)),
-        status VARCHAR NOT NULL,
-        ingested_at TIMESTAMP NOT NULL)""",
-    # stores written before exports were told apart (their NULL export matches any export)
-    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS export VARCHAR",
-    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS file_time TIMESTAMP",
-    "ALTER TABLE slices ADD COLUMN IF NOT EXISTS export VARCHAR",
-    "ALTER TABLE file_stats ADD COLUMN IF NOT EXISTS ctime_ns BIGINT",
-]
 
 # Two export ids name the same export when they agree before any "@scope" and their scopes agree or one has
 # none (a manifest names the export's scope; a folder layout only its name).  NULL: a store from before exports.
@@ -238,7 +192,7 @@ class Store:
 
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
-        self.con.execute(schema.create_line_items_sql())
+        self.con.execute(LINE_ITEMS)
         for ddl in BOOKKEEPING:
             self.con.execute(ddl)
 

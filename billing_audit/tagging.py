@@ -24,34 +24,11 @@ import duckdb
 from sqlglot import exp
 
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
+from billing_audit.ddl import LINE_CATEGORY_VIEW, RULE_TABLES
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import build_groups, lines_signature
-from billing_audit.rules import CATEGORIES, Rule, RuleError
+from billing_audit.rules import Rule, RuleError
 from billing_audit.sql import lit
-
-RULE_TABLES = [
-    """CREATE TABLE IF NOT EXISTS rule_hits (
-        x_LineItemId VARCHAR NOT NULL,
-        rule_id VARCHAR NOT NULL,
-        category VARCHAR NOT NULL,
-        reason VARCHAR,
-        run_id BIGINT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS tag_runs (
-        run_id BIGINT PRIMARY KEY,
-        started_at TIMESTAMP NOT NULL,
-        rules VARCHAR[] NOT NULL,
-        params VARCHAR,
-        hits BIGINT NOT NULL)""",
-]
-
-# Each line's category for reports: the first in precedence order among its hits.
-LINE_CATEGORY_VIEW = (
-    "CREATE OR REPLACE VIEW line_categories AS "
-    "SELECT x_LineItemId, arg_min(category, array_position("
-    + "[" + ", ".join(f"'{c}'" for c in CATEGORIES) + "], category)) AS category, "
-    "list(DISTINCT rule_id ORDER BY rule_id) AS rule_ids, list(DISTINCT category ORDER BY category) AS categories "
-    "FROM rule_hits GROUP BY x_LineItemId"
-)
 
 DEFAULT_CHECKPOINT = {
     "tag_keys": list(CHECKPOINT_TAG_KEYS),
@@ -358,7 +335,6 @@ def run_rules(
     try:
         for stmt in RULE_TABLES:
             con.execute(stmt)
-        con.execute("ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS lines_sig VARCHAR")
         con.execute(LINE_CATEGORY_VIEW)
         prepare(con, checkpoint)
         try:

@@ -28,7 +28,7 @@ from typing import Any
 
 import duckdb
 
-from billing_audit import schema
+from billing_audit.ddl import LINE_ITEMS
 from billing_audit.deliveries import walk
 from billing_audit.errors import BillingAuditError, InputError, UnknownFormatError
 from billing_audit.formats import Check
@@ -111,7 +111,7 @@ def _connect() -> duckdb.DuckDBPyConnection:
     con.execute("SET enable_progress_bar = false")
     con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", "600MB")])
     install_macros(con)
-    con.execute(schema.create_line_items_sql())
+    con.execute(LINE_ITEMS)
     return con
 
 

@@ -61,3 +61,24 @@ def test_registry_knows_every_connector_and_says_did_you_mean() -> None:
     assert registry.with_part("pull") == ("aws", "azure", "gcp")
     with pytest.raises(BillingAuditError, match="did you mean 'azure'"):
         registry.connector("azrue")
+
+
+def test_one_module_owns_the_stores_tables() -> None:
+    """Every table and view the store keeps is declared in billing_audit/ddl.py (line_items by schema.py)."""
+    import re
+
+    pattern = re.compile(r"CREATE (?:OR REPLACE )?(?:TABLE|VIEW)(?! AS)\b(?!.*\bTEMP\b)", re.IGNORECASE)
+    offenders = []
+    for path in sorted((ROOT / "billing_audit").rglob("*.py")):
+        if path.name in ("ddl.py", "schema.py", "rulebox.py"):  # rulebox: a scratch database of its own
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "IF NOT EXISTS" in line and pattern.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}")
+    assert offenders == []
+    from billing_audit import ddl
+
+    names = " ".join([ddl.LINE_ITEMS, *ddl.BOOKKEEPING, *ddl.RULE_TABLES, ddl.LINE_CATEGORY_VIEW, ddl.RESULT_TABLES])
+    for table in ("line_items", "deliveries", "slices", "file_stats", "ingest_log", "rule_hits", "tag_runs",
+                  "line_categories", "engine_runs", "engine_results"):
+        assert re.search(rf"\b{table}\b", names), table

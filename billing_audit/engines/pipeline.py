@@ -27,6 +27,7 @@ import duckdb
 
 from billing_audit import rollup
 from billing_audit.config import Config
+from billing_audit.ddl import RESULT_TABLES
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
@@ -180,14 +181,6 @@ def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None
     blob = json.dumps({"attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
                        "rules": [(r.id, r.sql) for r in rules], "params": params or {}}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-RESULT_TABLES = """
-CREATE TABLE IF NOT EXISTS engine_runs (run_id BIGINT, engine VARCHAR, source VARCHAR, period VARCHAR,
-  basis VARCHAR, config_key VARCHAR, started_at TIMESTAMP, bytes_processed BIGINT, sql VARCHAR);
-CREATE TABLE IF NOT EXISTS engine_results (run_id BIGINT, {cols});
-ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12);
-"""
 
 
 def store_results(con: duckdb.DuckDBPyConnection, run: EngineRun, rows: Iterable[Sequence[Any]]) -> int:

@@ -1,0 +1,95 @@
+"""Every table and view the store keeps, in one place: what each module writes into, not how it fills it.
+
+``line_items`` comes from :mod:`billing_audit.schema` (the canonical columns); the bookkeeping tables are the
+store's (:mod:`billing_audit.store`), the rule tables and view the tag run's (:mod:`billing_audit.tagging`), the
+engine result tables the engine runs' (:mod:`billing_audit.engines.pipeline`).  Derived tables a step rebuilds
+from these (line groups, the search index) are created by that step as the result of its query.  Each
+statement is idempotent (``IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS`` for stores written by older versions).
+"""
+
+from __future__ import annotations
+
+from billing_audit import schema
+from billing_audit.rules import CATEGORIES
+
+LINE_ITEMS = schema.create_line_items_sql()
+
+BOOKKEEPING = [
+    """CREATE TABLE IF NOT EXISTS deliveries (
+        ingest_id BIGINT PRIMARY KEY,
+        delivery_key VARCHAR NOT NULL,
+        label VARCHAR,
+        version TIMESTAMP NOT NULL,
+        version_rank INTEGER NOT NULL,
+        version_source VARCHAR,
+        fingerprint VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        slice_keys STRUCT(p VARCHAR, a VARCHAR, s TIMESTAMP)[],
+        ingested_at TIMESTAMP NOT NULL,
+        export VARCHAR,
+        file_time TIMESTAMP)""",
+    """CREATE TABLE IF NOT EXISTS slices (
+        x_Provider VARCHAR NOT NULL,
+        BillingAccountId VARCHAR,
+        BillingPeriodStart TIMESTAMP,
+        ingest_id BIGINT NOT NULL,
+        rows BIGINT NOT NULL,
+        export VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS file_stats (
+        path VARCHAR PRIMARY KEY,
+        size BIGINT NOT NULL,
+        mtime_ns BIGINT NOT NULL,
+        fingerprint VARCHAR NOT NULL,
+        ctime_ns BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS ingest_log (
+        ingest_id BIGINT NOT NULL,
+        file VARCHAR NOT NULL,
+        fingerprint VARCHAR NOT NULL,
+        format VARCHAR NOT NULL,
+        provider VARCHAR NOT NULL,
+        delivery_key VARCHAR NOT NULL,
+        periods VARCHAR,
+        rows BIGINT NOT NULL,
+        cost_total MAP(VARCHAR, DECIMAL(38,12)),
+        status VARCHAR NOT NULL,
+        ingested_at TIMESTAMP NOT NULL)""",
+    # stores written before exports were told apart (their NULL export matches any export)
+    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS export VARCHAR",
+    "ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS file_time TIMESTAMP",
+    "ALTER TABLE slices ADD COLUMN IF NOT EXISTS export VARCHAR",
+    "ALTER TABLE file_stats ADD COLUMN IF NOT EXISTS ctime_ns BIGINT",
+]
+
+RULE_TABLES = [
+    """CREATE TABLE IF NOT EXISTS rule_hits (
+        x_LineItemId VARCHAR NOT NULL,
+        rule_id VARCHAR NOT NULL,
+        category VARCHAR NOT NULL,
+        reason VARCHAR,
+        run_id BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS tag_runs (
+        run_id BIGINT PRIMARY KEY,
+        started_at TIMESTAMP NOT NULL,
+        rules VARCHAR[] NOT NULL,
+        params VARCHAR,
+        hits BIGINT NOT NULL)""",
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS lines_sig VARCHAR",  # a signature of the lines it tagged
+]
+
+# Each line's category for reports: the first in precedence order among its hits.
+LINE_CATEGORY_VIEW = (
+    "CREATE OR REPLACE VIEW line_categories AS "
+    "SELECT x_LineItemId, arg_min(category, array_position("
+    + "[" + ", ".join(f"'{c}'" for c in CATEGORIES) + "], category)) AS category, "
+    "list(DISTINCT rule_id ORDER BY rule_id) AS rule_ids, list(DISTINCT category ORDER BY category) AS categories "
+    "FROM rule_hits GROUP BY x_LineItemId"
+)
+
+
+# The aggregates an engine run returns ({cols}: engines.pipeline.RESULT_COLUMNS).
+RESULT_TABLES = """
+CREATE TABLE IF NOT EXISTS engine_runs (run_id BIGINT, engine VARCHAR, source VARCHAR, period VARCHAR,
+  basis VARCHAR, config_key VARCHAR, started_at TIMESTAMP, bytes_processed BIGINT, sql VARCHAR);
+CREATE TABLE IF NOT EXISTS engine_results (run_id BIGINT, {cols});
+ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12);
+"""
