@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(q for q in Path(__file__).resolve().parents if (q / 'pyproject.toml').is_file())
 FOCUS_FILE = next((ROOT / "fixtures" / "focus" / "azure-focus-1.2").rglob("part_0_0001.csv"))
 
 PROBE = """

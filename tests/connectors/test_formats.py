@@ -12,7 +12,7 @@ import billing_audit
 from support import GOLDEN, Case, dump_line_items, source_total
 
 CASES: list[Case] = []
-for mod in sorted(Path(__file__).parent.glob("cases_*.py")):
+for mod in sorted(next(q for q in Path(__file__).resolve().parents if q.name == "tests").glob("cases_*.py")):
     CASES.extend(importlib.import_module(mod.stem).CASES)
 
 

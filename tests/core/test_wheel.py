@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(q for q in Path(__file__).resolve().parents if (q / 'pyproject.toml').is_file())
 RULES_DIR = ROOT / "rules"
 
 pytestmark = pytest.mark.slow
