@@ -133,18 +133,22 @@ def _delivery(hint: fm.DeliveryHint, files: list[Path], label: str) -> Delivery:
     )
 
 
-def _files_under(folder: Path, roots: tuple[Path, ...] | None, errors: list[InputError]) -> list[Path]:
+def _files_under(folder: Path, roots: tuple[Path, ...] | None, errors: list[InputError],
+                 seen: set[Path] | None = None) -> list[Path]:
     """Every file under ``folder``, symlinks included only where they point inside ``roots`` (None: anywhere);
     a symlink pointing outside is skipped with an error naming it and its target.  Symlinked folders are not
     descended (a folder inside the roots is walked where it is)."""
     out: list[Path] = []
+    seen = seen if seen is not None else set()
+    seen.add(folder.resolve())
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         here = Path(dirpath)
         for name in sorted(dirnames):
             q = here / name
             if q.is_symlink():
-                if roots is None:
-                    out.extend(_files_under(q.resolve(), None, errors) if q.resolve() != folder.resolve() else [])
+                if roots is None:  # followed (outside allowed), each folder once: a link loop ends
+                    if q.resolve() not in seen and not any(a in seen for a in q.resolve().parents):
+                        out.extend(_files_under(q.resolve(), None, errors, seen))
                 elif not fm.inside(q, roots):
                     errors.append(InputError(display_name(q), f"a symlink to {q.resolve()}, outside the input path(s): "
                                                               "skipped"))

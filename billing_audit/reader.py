@@ -103,8 +103,8 @@ MACROS = [
           lambda e: e.k IS NOT NULL AND lower(ba_ws(e.k)) = key AND e.v IS NOT NULL AND ba_ws(e.v) <> '')[1].v)})))""",
     # the fast path when the keys are already normalised and unique (per-column tags: AWS legacy CUR)
     """CREATE OR REPLACE TEMP MACRO ba_tags_unique(entries) AS (
-      map_from_entries(list_filter(list_transform(entries, lambda e: {'key': e.k, 'value': ba_ws(e.v)}),
-                                   lambda e: e.value IS NOT NULL AND e.value <> '')))""",
+      map_from_entries(list_transform(list_filter(entries, lambda e: e.v IS NOT NULL AND ba_ws(e.v) <> ''),
+                                      lambda e: {'key': e.k, 'value': ba_ws(e.v)})))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
         CASE WHEN s IS NULL OR ba_ws(s) IN ('', '{}', 'NULL', 'null', 'Null') THEN NULL
