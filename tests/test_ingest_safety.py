@@ -352,3 +352,13 @@ print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.st
     code_, rss_kib, text = out.split(" ", 2)
     assert code_ == "0" and "(2,000 lines)" in text, out
     assert int(rss_kib) < 2 * 1024 * 1024, f"peak RSS {int(rss_kib) // 1024} MB"
+
+
+def test_validate_reads_a_tarball_like_its_folder(tmp_path: Path) -> None:
+    from billing_audit.validate import validate
+
+    tarball = _tar(FIXTURES / "aws/cur2", tmp_path / "cur2.tar.gz")
+    folder = {Path(v.file).name: (v.format, v.rows) for v in validate([FIXTURES / "aws/cur2"])}
+    packed = validate([tarball])
+    assert all(v.file.startswith(f"{tarball}!") for v in packed)
+    assert {Path(v.file).name: (v.format, v.rows) for v in packed} == folder
