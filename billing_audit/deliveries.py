@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit import formats as fm
 from billing_audit.errors import InputError
-from billing_audit.reader import fingerprint, is_data_file
+from billing_audit.reader import display_name, fingerprint, is_data_file, is_tarball, unpacked_tar
 
 # Folder names that carry the time a delivery was written.
 _PATH_STAMPS = [
@@ -131,32 +133,95 @@ def _delivery(hint: fm.DeliveryHint, files: list[Path], label: str) -> Delivery:
     )
 
 
-def walk(paths: list[Path]) -> tuple[list[Path], list[Path], list[InputError]]:
-    """Data files and manifests under the given files/folders, sorted."""
+def _files_under(folder: Path, roots: tuple[Path, ...] | None, errors: list[InputError],
+                 seen: set[Path] | None = None) -> list[Path]:
+    """Every file under ``folder``, symlinks included only where they point inside ``roots`` (None: anywhere);
+    a symlink pointing outside is skipped with an error naming it and its target.  Symlinked folders are not
+    descended (a folder inside the roots is walked where it is)."""
+    out: list[Path] = []
+    seen = seen if seen is not None else set()
+    seen.add(folder.resolve())
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            q = here / name
+            if q.is_symlink():
+                if roots is None:  # followed (outside allowed), each folder once: a link loop ends
+                    if q.resolve() not in seen and not any(a in seen for a in q.resolve().parents):
+                        out.extend(_files_under(q.resolve(), None, errors, seen))
+                elif not fm.inside(q, roots):
+                    errors.append(InputError(display_name(q), f"a symlink to {q.resolve()}, outside the input path(s): "
+                                                              "skipped"))
+        for name in sorted(filenames):
+            q = here / name
+            if q.is_symlink() and roots is not None and not fm.inside(q, roots):
+                errors.append(InputError(display_name(q), f"a symlink to {q.resolve()}, outside the input path(s): "
+                                                          "skipped"))
+                continue
+            if q.is_file():
+                out.append(q)
+    return out
+
+
+def walk(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside: bool = False,
+         unpacked: list[Path] | None = None) -> tuple[list[Path], list[Path], list[InputError]]:
+    """Data files and manifests under the given files/folders, sorted.
+
+    Only files under the paths named are read (a named file: its folder): symlinks pointing elsewhere are
+    skipped with an error, unless ``follow_outside``.  With ``unpack``, a tarball (.tar, .tar.gz, .tgz) is
+    read like a folder: unpacked into a temporary folder that ``unpack`` removes when it closes."""
     data: set[Path] = set()
     manifests: set[Path] = set()
     errors: list[InputError] = []
     readers = fm.manifest_readers()
-    for p in paths:
+    queue = list(paths)
+    roots = None if follow_outside else input_roots(paths)
+    while queue:
+        p = queue.pop(0)
         if not p.exists():
-            errors.append(InputError(str(p), "no such file or folder"))
+            errors.append(InputError(display_name(p), "no such file or folder"))
             continue
-        candidates = [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file()]
+        if p.is_file() and is_tarball(p) and unpack is not None:
+            try:
+                dest = unpack.enter_context(unpacked_tar(p))
+            except InputError as e:
+                errors.append(e)
+                continue
+            if roots is not None:
+                roots = (*roots, dest.resolve())
+            if unpacked is not None:
+                unpacked.append(dest.resolve())
+            queue.append(dest)
+            continue
+        candidates = [p] if p.is_file() else _files_under(p, roots, errors)
         for q in candidates:
             if any(r.matches(q) for r in readers):
                 manifests.add(q)
             elif is_data_file(q):
                 data.add(q)
+            elif is_tarball(q) and unpack is not None and not p.is_file():
+                queue.append(q)
             elif p.is_file():
                 errors.append(
-                    InputError(str(q), "not an export file (expected .csv, .csv.gz, .zip, .parquet, .json or .jsonl)")
+                    InputError(display_name(q), "not an export file (expected .csv, .csv.gz, .zip, .parquet, .json, "
+                                                ".jsonl, .tar, .tar.gz or .tgz)")
                 )
     return sorted(data), sorted(manifests), errors
 
 
-def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
-    """Deliveries found under the paths, oldest first."""
-    data, manifests, errors = walk(paths)
+def input_roots(paths: list[Path]) -> tuple[Path, ...]:
+    """The folders files may be read from: each named folder, and a named file's own folder (resolved)."""
+    return tuple(sorted({(p if p.is_dir() else p.parent).resolve() for p in paths if p.exists()}))
+
+
+def group(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside: bool = False,
+          ) -> tuple[list[Delivery], list[InputError]]:
+    """Deliveries found under the paths, oldest first (see :func:`walk` for ``unpack`` and ``follow_outside``).
+
+    A manifest key resolving outside the input paths makes its delivery an error naming the key."""
+    unpacked: list[Path] = []
+    data, manifests, errors = walk(paths, unpack=unpack, follow_outside=follow_outside, unpacked=unpacked)
+    roots = None if follow_outside else input_roots(paths) + tuple(unpacked)
     readers = fm.manifest_readers()
     claimed: dict[Path, Delivery | None] = {}
     deliveries: dict[str, Delivery] = {}
@@ -165,19 +230,23 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         hint = None
         try:
             # several readers may claim a name (*-Manifest.json): the first that understands it wins
-            for reader in (r for r in readers if r.matches(m)):
-                hint = reader.read(m)
-                if hint is not None:
-                    break
+            with fm.input_roots(roots):
+                for reader in (r for r in readers if r.matches(m)):
+                    hint = reader.read(m)
+                    if hint is not None:
+                        break
+        except fm.OutsideInput as e:
+            errors.append(InputError(display_name(m), str(e), column=None))
+            continue
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
-            errors.append(InputError(str(m), f"unreadable manifest: {e}"))
+            errors.append(InputError(display_name(m), f"unreadable manifest: {e}"))
             continue
         if hint is None:
             continue
         files = [f for f in hint.files if f.exists()]
         if hint.missing:
             # a partly downloaded delivery must not replace a complete one
-            errors.append(InputError(str(m), f"manifest lists {len(hint.missing)} file(s) not found locally "
+            errors.append(InputError(display_name(m), f"manifest lists {len(hint.missing)} file(s) not found locally "
                                               f"(first: {hint.missing[0]}); this delivery is not ingested"))
             for f in files:
                 claimed[f] = None
@@ -189,7 +258,7 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         if hint.key in deliveries:
             continue
         stamp = hint.version or _path_stamp(files[0])
-        d = _delivery(hint, sorted(set(files)), hint.label or str(m))
+        d = _delivery(hint, sorted(set(files)), hint.label or display_name(m))
         deliveries[d.key] = d
         for f in d.files:
             claimed[f] = d
@@ -211,13 +280,15 @@ def group(paths: list[Path]) -> tuple[list[Delivery], list[InputError]]:
         if not rest:
             continue
         stamp = _path_stamp(rest[0])
-        key = f"folder:{folder.resolve()}"
+        shown = display_name(rest[0])
+        # a tarball's folder is named by the archive and the member folder (its temporary place changes)
+        key = f"folder:{folder.resolve()}" if shown == str(rest[0]) else f"folder:{shown.rsplit('/', 1)[0]}"
         deliveries[key] = Delivery(
             key=key,
             files=rest,
             version=stamp or _mtime(rest),
             version_source="path" if stamp else "file time",
-            label=str(folder),
+            label=str(folder) if shown == str(rest[0]) else shown.rsplit("/", 1)[0],
             file_time=_mtime(rest),
         )
     for k, rank in ranks.items():

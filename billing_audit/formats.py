@@ -9,8 +9,11 @@ the connector packages (found through :mod:`billing_audit.registry`); this modul
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -151,8 +154,39 @@ def has_any(cols: dict[str, str], *names: str) -> bool:
     return any(n.lower() in cols for n in names)
 
 
+class OutsideInput(ValueError):
+    """A manifest key that resolves to a file outside the paths the user named."""
+
+    def __init__(self, key: str, target: Path, roots: tuple[Path, ...]):
+        self.key = key
+        super().__init__(f"the manifest key {key!r} resolves to {target}, outside the input path(s) "
+                         f"{', '.join(map(str, roots))}; this delivery is not ingested")
+
+
+# The folders a manifest's keys may resolve into: the paths the user named (None: anywhere, the caller's choice).
+_ROOTS: contextvars.ContextVar[tuple[Path, ...] | None] = contextvars.ContextVar("ba_input_roots", default=None)
+
+
+@contextmanager
+def input_roots(roots: tuple[Path, ...] | None) -> Iterator[None]:
+    """Manifest keys resolved inside the block are looked up, and must land, under ``roots`` (resolved folders)."""
+    token = _ROOTS.set(roots)
+    try:
+        yield
+    finally:
+        _ROOTS.reset(token)
+
+
+def inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    """True when ``path`` (symlinks resolved) is one of ``roots`` or under one."""
+    real = path.resolve()
+    return any(real == r or r in real.parents for r in roots)
+
+
 def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]]:
-    """(local files found, keys not found) for the keys a manifest lists."""
+    """(local files found, keys not found) for the keys a manifest lists.
+
+    Raises :class:`OutsideInput` (a ValueError) for a key that resolves outside the input paths."""
     found: list[Path] = []
     missing: list[str] = []
     for k in keys:
@@ -165,12 +199,19 @@ def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]
 
 
 def resolve_key(manifest: Path, key: str) -> Path | None:
-    """Find the local copy of a bucket key named in a manifest, near the manifest."""
+    """Find the local copy of a bucket key named in a manifest, near the manifest: in its folder or up to four
+    folders up, never above the input path it was found under."""
     parts = [p for p in key.split("/") if p]
-    for base in [manifest.parent, *list(manifest.parents)[:4]]:
+    roots = _ROOTS.get()
+    bases = [manifest.parent, *list(manifest.parents)[:4]]
+    if roots is not None:
+        bases = [b for b in bases if inside(b, roots)]
+    for base in bases:
         for i in range(len(parts)):
             cand = base.joinpath(*parts[i:])
             if cand.is_file():
+                if roots is not None and not inside(cand, roots):
+                    raise OutsideInput(key, cand.resolve(), roots)
                 return cand
     return None
 

@@ -11,8 +11,11 @@ import csv
 import gzip
 import hashlib
 import io
+import os
 import re
 import shutil
+import stat
+import tarfile
 import tempfile
 import zipfile
 import zlib
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import duckdb
 
@@ -37,6 +41,9 @@ DATA_SUFFIXES = (".parquet", ".csv", ".csv.gz", ".zip", ".json", ".jsonl", ".ndj
 NULL_WORDS = ("", "NULL", "null", "Null", "NaN", "nan", "NAN")
 # Dates before this, or more than a year after today, are misreadings (a 2-digit year read as 0025).
 EARLIEST_DATE = "2000-01-01"
+# Every number read (money and quantities) is below this in magnitude: far above any real line, and low enough
+# that any sum the tool computes fits DECIMAL(38,12) (at most 1.7e26: the sum of 1.7e11 lines at the bound).
+MAX_AMOUNT = 10**15
 
 
 def _slash_formats(day_first: bool) -> str:
@@ -63,6 +70,9 @@ MACROS = [
     """CREATE OR REPLACE TEMP MACRO ba_num_dc(x) AS (
         CASE WHEN ba_isnull(x) THEN NULL
              ELSE coalesce(ba_try_num_dc(x), error('cannot read ' || CAST(x AS VARCHAR) || ' as a number')) END)""",
+    # a number of implausible size (its sums would overflow DECIMAL(38,12)) raises (diagnosed afterwards)
+    f"""CREATE OR REPLACE TEMP MACRO ba_bound(x) AS (
+        CASE WHEN abs(x) >= CAST({MAX_AMOUNT} AS DECIMAL(38,12)) THEN error('amount out of range') ELSE x END)""",
     # a value a required column must have (money, mostly): NULL raises (diagnosed afterwards)
     """CREATE OR REPLACE TEMP MACRO ba_required(x) AS (coalesce(x, error('a required value is missing')))""",
     # text -> TIMESTAMP (UTC): ISO (with or without T, Z, seconds, fractions, offsets, ' UTC'), and
@@ -93,8 +103,8 @@ MACROS = [
           lambda e: e.k IS NOT NULL AND lower(ba_ws(e.k)) = key AND e.v IS NOT NULL AND ba_ws(e.v) <> '')[1].v)})))""",
     # the fast path when the keys are already normalised and unique (per-column tags: AWS legacy CUR)
     """CREATE OR REPLACE TEMP MACRO ba_tags_unique(entries) AS (
-      map_from_entries(list_filter(list_transform(entries, lambda e: {'key': e.k, 'value': ba_ws(e.v)}),
-                                   lambda e: e.value IS NOT NULL AND e.value <> '')))""",
+      map_from_entries(list_transform(list_filter(entries, lambda e: e.v IS NOT NULL AND ba_ws(e.v) <> ''),
+                                      lambda e: {'key': e.k, 'value': ba_ws(e.v)})))""",
     # JSON object text (with or without outer braces) -> list of {k, v}; NULL when malformed
     """CREATE OR REPLACE TEMP MACRO ba_json_obj(s) AS (
         CASE WHEN s IS NULL OR ba_ws(s) IN ('', '{}', 'NULL', 'null', 'Null') THEN NULL
@@ -251,6 +261,142 @@ def _quirk_free(local: Path, display: str, tmp: Callable[[], Path], force: bool)
     return target
 
 
+GIB = 1 << 30
+DEFAULT_MAX_UNPACK = 20 * GIB  # what one archive may expand to ($BILLING_AUDIT_MAX_UNPACK, bytes or 20GiB / 500MB)
+MAX_RATIO = 200  # a member expanding more than this many times its packed size is refused ...
+RATIO_FREE = 64 << 20  # ... unless it is smaller than this
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": GIB, "gb": GIB, "gib": GIB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def max_unpack() -> int:
+    """The most bytes one archive may expand to: $BILLING_AUDIT_MAX_UNPACK (``20GiB``, ``500MB``, bytes)."""
+    raw = os.environ.get("BILLING_AUDIT_MAX_UNPACK", "").strip().lower()
+    if not raw:
+        return DEFAULT_MAX_UNPACK
+    m = re.fullmatch(r"([0-9.]+)\s*([a-z]*)", raw)
+    if not m or m.group(2) not in _UNITS:
+        raise InputError("BILLING_AUDIT_MAX_UNPACK", f"cannot read {raw!r} as a size (e.g. 20GiB, 500MB, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:,.2f} GiB" if n >= GIB else f"{n / (1 << 20):,.1f} MiB"
+
+
+def check_unpack(archive: str, members: list[tuple[str, int, int]], dest: Path) -> None:
+    """Refuse an archive before unpacking it: its members ((name, size, packed size)) expand to more than
+    $BILLING_AUDIT_MAX_UNPACK in all, one of them more than ``MAX_RATIO`` times its packed size (above
+    ``RATIO_FREE``), or ``dest`` has not the room for them (plus ``TEMP_RESERVE``)."""
+    limit = max_unpack()
+    total = 0
+    for name, size, packed in members:
+        if size > RATIO_FREE and size > MAX_RATIO * max(packed, 1):
+            raise InputError(f"{archive}!{name}", f"the member expands {size / max(packed, 1):,.0f} times its packed "
+                             f"size ({_size(packed)} to {_size(size)}; at most {MAX_RATIO}:1 above {_size(RATIO_FREE)}): "
+                             "refused as a possible zip bomb")
+        total += size
+        if total > limit:
+            raise InputError(f"{archive}!{name}", f"the archive expands to more than {_size(limit)} (at this member: "
+                             f"{_size(total)}); raise BILLING_AUDIT_MAX_UNPACK to read it")
+    free = shutil.disk_usage(dest).free
+    if total + TEMP_RESERVE > free:
+        raise InputError(archive, f"unpacking needs {_size(total)} but the temporary folder {dest} has {_size(free)} "
+                         "free (set TMPDIR to a larger folder)")
+
+
+def _copy_member(src: IO[bytes], target: Path, display: str,
+                 limit: int) -> None:
+    """Copy one member out, stopping past ``limit`` bytes; a full disk names the member and the folder."""
+    written = 0
+    try:
+        with open(target, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                written += len(chunk)
+                if written > limit:
+                    raise InputError(display, f"the member holds more than the {_size(limit)} its archive declares")
+                dst.write(chunk)
+    except OSError as e:
+        raise InputError(display, f"cannot unpack into {target.parent}: {e.strerror or e} (set TMPDIR to a folder "
+                         "with more room)") from None
+
+
+# Files unpacked from a tarball: local path -> how they are shown (``archive.tar.gz!member/path``).
+_DISPLAY: dict[str, str] = {}
+
+
+def display_name(path: Path) -> str:
+    """How a file is named in x_SourceFile and errors: its path, or ``archive!member`` for a tarball member."""
+    return _DISPLAY.get(str(path), str(path))
+
+
+def is_tarball(path: Path) -> bool:
+    return path.name.lower().endswith(TAR_SUFFIXES)
+
+
+@contextmanager
+def unpacked_tar(path: Path) -> Iterator[Path]:
+    """Unpack a tarball into a temporary folder (removed on exit); its files are shown as ``path!member``.
+
+    Refused, naming the member: an absolute name, a ``..`` part, a link or device, and the bounds of
+    :func:`check_unpack` (the ratio is the whole archive's: a tarball compresses as one stream)."""
+    try:
+        tf = tarfile.open(path)  # noqa: SIM115
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise InputError(str(path), f"not a readable tar archive ({e})") from None
+    dest = Path(tempfile.mkdtemp(prefix="ba-tar-"))
+    shown: list[str] = []
+    try:
+        with tf:
+            try:
+                members = tf.getmembers()
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+                raise InputError(str(path), f"not a readable tar archive ({e})") from None
+            files = []
+            for m in members:
+                name = m.name
+                if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+                    raise InputError(f"{path}!{name}", "the member has an absolute path: the archive is refused")
+                if ".." in re.split(r"[/\\]", name):
+                    raise InputError(f"{path}!{name}", "the member's path leaves the archive (..): the archive is refused")
+                if m.issym() or m.islnk():
+                    raise InputError(f"{path}!{name}", f"the member is a link (to {m.linkname!r}): the archive is refused")
+                if not (m.isfile() or m.isdir()):
+                    raise InputError(f"{path}!{name}", "the member is not a file or folder: the archive is refused")
+                if m.isfile():
+                    files.append(m)
+            total = sum(m.size for m in files)
+            packed = path.stat().st_size
+            if total > RATIO_FREE and total > MAX_RATIO * max(packed, 1):
+                raise InputError(str(path), f"the archive expands {total / max(packed, 1):,.0f} times its size "
+                                 f"({_size(packed)} to {_size(total)}; at most {MAX_RATIO}:1 above {_size(RATIO_FREE)}): "
+                                 "refused as a possible archive bomb")
+            check_unpack(str(path), [(m.name, m.size, m.size) for m in files], dest)
+            for m in files:
+                parts = [p for p in re.split(r"[/\\]", m.name) if p not in ("", ".")]
+                target = dest.joinpath(*parts)
+                display = f"{path}!{'/'.join(parts)}"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(m)
+                if src is None:
+                    continue
+                try:
+                    with src:
+                        _copy_member(src, target, display, m.size)
+                except (tarfile.TarError, EOFError, zlib.error) as e:
+                    raise InputError(display, f"cannot unpack the tar member ({e})") from None
+                os.utime(target, (m.mtime, m.mtime))
+                target.chmod(stat.S_IRUSR | stat.S_IWUSR)
+                _DISPLAY[str(target)] = display
+                shown.append(str(target))
+        yield dest
+    finally:
+        for k in shown:
+            _DISPLAY.pop(k, None)
+        shutil.rmtree(dest, ignore_errors=True)
+
+
 @contextmanager
 def readable(path: Path, *, rewrite: bool = False) -> Iterator[list[tuple[Path, str]]]:
     """Yield (local path, display name) pairs DuckDB can read.
@@ -267,27 +413,28 @@ def readable(path: Path, *, rewrite: bool = False) -> Iterator[list[tuple[Path, 
 
     try:
         if not path.name.lower().endswith(".zip"):
-            yield [(_quirk_free(path, str(path), tmp, rewrite), str(path))]
+            yield [(_quirk_free(path, display_name(path), tmp, rewrite), display_name(path))]
             return
         try:
             zf = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as e:
-            raise InputError(str(path), f"not a readable zip archive ({e})") from None
+            raise InputError(display_name(path), f"not a readable zip archive ({e})") from None
         out: list[tuple[Path, str]] = []
+        shown = display_name(path)
         with zf:
-            for info in zf.infolist():
-                if info.is_dir() or not is_data_file(Path(info.filename)):
-                    continue
+            wanted = [i for i in zf.infolist() if not i.is_dir() and is_data_file(Path(i.filename))]
+            check_unpack(shown, [(i.filename, i.file_size, i.compress_size) for i in wanted], tmp())
+            for info in wanted:
                 target = tmp() / f"{len(out):04d}-{Path(info.filename).name}"
-                display = f"{path}!{info.filename}"
+                display = f"{shown}!{info.filename}"
                 try:
-                    with zf.open(info) as src, open(target, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
+                    with zf.open(info) as src:
+                        _copy_member(src, target, display, info.file_size)
                 except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as e:
                     raise InputError(display, f"cannot unpack the zip member ({e})") from None
                 out.append((_quirk_free(target, display, tmp, rewrite), display))
         if not out:
-            raise InputError(str(path), "zip archive holds no CSV or parquet file")
+            raise InputError(display_name(path), "zip archive holds no CSV or parquet file")
         yield out
     finally:
         if tmp_dir:
@@ -662,6 +809,7 @@ class MappedFile:
                     expr = f"CAST({ref} AS {schema.MONEY})"
                 else:
                     expr = f"{'ba_num_dc' if self.decimal_comma else 'ba_num'}({ref})"
+                expr = f"ba_bound({expr})"
                 if name.lower() in required:  # a money column the format needs: no value is an error
                     expr = f"ba_required({expr})"
             elif kind == fm.TIME:
@@ -760,6 +908,9 @@ def _diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exceptio
                 parsed = f"{'ba_try_num_dc' if mf.decimal_comma else 'ba_try_num'}({ref})"
                 dc = " (the file writes numbers with a decimal comma)" if mf.decimal_comma else ""
                 checks.append(("NOT ba_isnull(v) AND p IS NULL", "cannot read {v} as a number" + dc))
+            checks.append((f"abs(p) >= CAST({MAX_AMOUNT} AS DECIMAL(38,12))",
+                           f"the amount {{v}} is out of range (billing-audit reads numbers under {MAX_AMOUNT:.0e} in "
+                           "magnitude, so every sum fits DECIMAL(38,12))"))
             if name.lower() in required:
                 checks.append(("p IS NULL", "no value ({v}) in a column " + mf.fmt.id + " requires (empty, NULL and NaN are none)"))
         else:

@@ -36,6 +36,7 @@ from billing_audit.reader import (
     MappedFile,
     detect,
     diagnose,
+    display_name,
     explain_duckdb_error,
     file_kind,
     install_macros,
@@ -228,32 +229,47 @@ class Store:
 
     # -- ingest -----------------------------------------------------------------
     def ingest(self, paths: Iterable[str | os.PathLike[str]], progress: Progress | None = None,
-               overlap: OverlapPolicy | None = None) -> IngestReport:
+               overlap: OverlapPolicy | None = None, *, follow_outside: bool = False) -> IngestReport:
         """Ingest export files or folders; returns what happened to each file.
 
         Bad files are reported in ``report.errors`` and leave the store untouched;
         the other files still ingest.  ``overlap`` says which export keeps a period two exports
         both deliver (default :class:`OverlapPolicy`); ``report.notes`` says what was replaced or set aside.
+        Only files under ``paths`` are read (symlinks and manifest keys pointing elsewhere are errors) unless
+        ``follow_outside``; tarballs are unpacked into a temporary folder, removed before this returns.
+        An unexpected error in one delivery is that delivery's error, naming the file it was reading.
         """
-        deliveries, errors = group([Path(p) for p in paths])
-        report = IngestReport(errors=list(errors))
-        self._overlap = overlap or OverlapPolicy()
-        for e in errors:
-            report.files.append(FileResult(e.file, "failed", message=e.reason))
-        for d in deliveries:
-            self._complete(d, report)
-            try:
+        with contextlib.ExitStack() as unpack:
+            deliveries, errors = group([Path(p) for p in paths], unpack=unpack, follow_outside=follow_outside)
+            report = IngestReport(errors=list(errors))
+            self._overlap = overlap or OverlapPolicy()
+            for e in errors:
+                report.files.append(FileResult(e.file, "failed", message=e.reason))
+            for d in deliveries:
+                self._complete(d, report)
+                self._reading = display_name(d.files[0]) if d.files else d.label
                 try:
-                    self._ingest_delivery(d, report, progress)
-                except _LineEndings:  # a quirk past the sniffed first MB: again, from normalised copies
-                    self._ingest_delivery(d, report, progress, rewrite=True)
-            except InputError as e:
-                report.errors.append(e)
-                for f in d.files:
-                    status = "failed" if e.file.split("!")[0] == str(f) else "not ingested"
-                    msg = e.reason if status == "failed" else f"its delivery failed on {e.file}"
-                    report.files.append(FileResult(str(f), status, message=msg))
+                    try:
+                        self._ingest_delivery(d, report, progress)
+                    except _LineEndings:  # a quirk past the sniffed first MB: again, from normalised copies
+                        self._ingest_delivery(d, report, progress, rewrite=True)
+                except InputError as e:
+                    self._failed(d, e, report)
+                except BillingAuditError:  # the store itself cannot be written (disk full): stop
+                    raise
+                except Exception as e:  # noqa: BLE001 - a bug or an input nobody foresaw: this delivery's error
+                    why = explain_duckdb_error(e) if isinstance(e, duckdb.Error) else f"{type(e).__name__}: {e}"
+                    self._failed(d, InputError(self._reading, f"unexpected error, nothing of this delivery was "
+                                                              f"stored: {why}"), report)
         return report
+
+    def _failed(self, d: Delivery, e: InputError, report: IngestReport) -> None:
+        report.errors.append(e)
+        for f in d.files:
+            shown = display_name(f)
+            status = "failed" if e.file == shown or e.file.startswith(shown + "!") else "not ingested"
+            msg = e.reason if status == "failed" else f"its delivery failed on {e.file}"
+            report.files.append(FileResult(shown, status, message=msg))
 
     def _known_fingerprint(self, path: Path) -> str | None:
         """The fingerprint of a file already seen at this path, unchanged since: same size, modification time
@@ -274,7 +290,7 @@ class Store:
     def _complete(self, d: Delivery, report: IngestReport) -> None:
         """A folder delivery named in part (one fixed file of a folder ingested before) is completed with the
         files its current ingest had, so it stays the same set of files; files that are gone are said."""
-        if not d.key.startswith("folder:"):
+        if not d.key.startswith("folder:") or "!" in d.key:  # a tarball's folder is whole in its archive
             return
         rows = self.con.execute(
             "SELECT DISTINCT split_part(l.file, '!', 1) FROM ingest_log l JOIN deliveries d USING (ingest_id) "
@@ -312,9 +328,9 @@ class Store:
             self._remember_files(d)
             status, msg = skip
             for f in d.files:
-                report.files.append(FileResult(str(f), status, message=msg))
+                report.files.append(FileResult(display_name(f), status, message=msg))
                 if progress:
-                    progress(str(f), 0)
+                    progress(display_name(f), 0)
             return
         con = self.con
         ingest_id = self._next_ingest_id()
@@ -323,15 +339,17 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for f in d.files:
+                self._reading = display_name(f)
                 with readable(f, rewrite=rewrite) as parts:
                     for local, display in parts:
+                        self._reading = display
                         kind = file_kind(local)
                         cols = probe_columns(con, local, display, kind)
                         fmt = detect(cols, kind, display)
                         if not d.export:  # a delivery no manifest describes: the export its layout says, else its own
                             d.export = fmt.export_of(f) or d.key
                         mf = MappedFile(local, display, kind, fmt, cols)
-                        fp = _part_fp(fps[f], display, display == str(f))
+                        fp = _part_fp(fps[f], display, display == display_name(f))
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
                         # a very wide file (thousands of tag columns) holds ~32 KiB per column in each
                         # stage of the read, whatever its length: one thread, and (unless the limit was

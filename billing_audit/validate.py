@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -32,7 +33,16 @@ from billing_audit.ddl import LINE_ITEMS
 from billing_audit.deliveries import walk
 from billing_audit.errors import BillingAuditError, InputError, UnknownFormatError
 from billing_audit.formats import Check
-from billing_audit.reader import MappedFile, detect, diagnose, file_kind, install_macros, probe_columns, readable
+from billing_audit.reader import (
+    MappedFile,
+    detect,
+    diagnose,
+    display_name,
+    file_kind,
+    install_macros,
+    probe_columns,
+    readable,
+)
 
 SCHEMA_VERSION = 1
 
@@ -118,14 +128,15 @@ def _connect() -> duckdb.DuckDBPyConnection:
 def validate(paths: Sequence[str | os.PathLike[str]]) -> list[FileValidation]:
     """Describe every export file under ``paths`` (files or folders); manifests are read by ``ingest`` and not
     listed here.  Nothing is written anywhere."""
-    data, _manifests, errors = walk([Path(p) for p in paths])
-    out = [FileValidation(e.file, findings=[Finding("File-E-001", "error", e.reason)]) for e in errors]
-    con = _connect()
-    try:
-        for f in data:
-            out.extend(_validate_file(con, f))
-    finally:
-        con.close()
+    with ExitStack() as unpack:  # tarballs are read like folders, from a temporary copy removed at the end
+        data, _manifests, errors = walk([Path(p) for p in paths], unpack=unpack)
+        out = [FileValidation(e.file, findings=[Finding("File-E-001", "error", e.reason)]) for e in errors]
+        con = _connect()
+        try:
+            for f in data:
+                out.extend(_validate_file(con, f))
+        finally:
+            con.close()
     return out
 
 
@@ -136,7 +147,7 @@ def _validate_file(con: duckdb.DuckDBPyConnection, path: Path) -> list[FileValid
             for local, display in parts:
                 results.append(_validate_part(con, local, display, path))
     except InputError as e:
-        results.append(_refused(e, str(path)))
+        results.append(_refused(e, display_name(path)))
     return results
 
 
