@@ -275,8 +275,12 @@ def report(db: str, config_path: str | None = None, period: str | None = None, b
 
     check_period(period)
     cfg = load_config(config_path)
-    if engine != "duckdb":  # the engine run is stored: a write, on a store that must exist
-        require_store(db)
+    if engine != "duckdb":  # the engine run is stored: a write; the store must exist when the engine reads its lines
+        from billing_audit.engines import engine as get_engine
+        from billing_audit.engines import options_from_flat
+
+        if get_engine(engine).reads_store(engine_options or options_from_flat(engine)):
+            require_store(db)
         with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
             result = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
             period_warning(store, period, result.report)

@@ -50,6 +50,11 @@ class Engine(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[EngineOptions]] = EngineOptions
 
+    def reads_store(self, options: Any) -> bool:
+        """Whether a run reads the local store's lines (then a missing store is an error, not an empty result);
+        a warehouse engine reads the provider's table and only keeps its aggregates in the store."""
+        return False
+
     @abstractmethod
     def source(self, store: Store, options: Any) -> str | None:
         """What a run with these options reads (None when the options do not say yet)."""

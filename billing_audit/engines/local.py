@@ -17,6 +17,9 @@ class DuckDBEngine(Engine):
     name = "duckdb"
     Options = EngineOptions  # nothing to set: it runs where the store is
 
+    def reads_store(self, options: Any) -> bool:
+        return True
+
     def source(self, store: Store, options: Any) -> str:
         return str(store.path)
 

@@ -128,6 +128,10 @@ class SparkEngine(Engine):
     name = "spark"
     Options = SparkOptions
 
+    def reads_store(self, options: Any) -> bool:
+        assert isinstance(options, SparkOptions)
+        return options.spark_lines is None  # the store's lines, written next to it for Spark
+
     def source(self, store: Store, options: Any) -> str:
         assert isinstance(options, SparkOptions)
         return options.spark_lines or str(store.path) + ".lines"

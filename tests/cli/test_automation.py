@@ -106,7 +106,7 @@ def test_writer_waits_for_a_reader_then_names_it(store: Path, tmp_path: Path) ->
 def test_writer_waits_until_the_reader_is_gone(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     billing_audit.open(db).close()
-    holder = _reader(db, 2)
+    holder = _reader(db, 8)  # long enough for the writer to start and find it, on a busy machine too
     try:
         p = run("ingest", str(SCENARIOS), "--db", str(db), "-q", "--wait", "30")
         assert p.returncode == 0, p.stderr
@@ -189,3 +189,16 @@ def test_report_on_a_period_not_in_the_store_warns(store: Path, fmt: str) -> Non
         assert "no lines for 2025-01; the store holds 2026-11" in json.loads(p.stdout)["warnings"]
     q = run("report", "--db", str(store), "--period", "2026-11", "--format", fmt)
     assert "no lines for" not in q.stderr
+
+
+def test_an_engine_that_reads_the_store_needs_one_a_warehouse_engine_does_not(tmp_path: Path) -> None:
+    """Spark over the store's own lines on a missing store is the missing-store error; BigQuery and Athena read the
+    provider's table and keep only their aggregates locally (tests/engines: report --engine bigquery|athena)."""
+    db = tmp_path / "typo.duckdb"
+    p = run("report", "--engine", "spark", "--db", str(db))
+    assert p.returncode == 2 and f"no store at {db}" in p.stderr
+    assert not db.exists()
+    from billing_audit.engines import engine, options_from_flat
+
+    assert not engine("bigquery").reads_store(options_from_flat("bigquery"))
+    assert not engine("spark").reads_store(options_from_flat("spark", {"spark_lines": "s3a://lake/lines/"}))

@@ -20,6 +20,10 @@ def run(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[str]]:
     """Exit code and the lines on stderr."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
+    if args and args[0] in ("report", "tag"):  # read commands refuse a missing store before any engine runs
+        import billing_audit
+
+        billing_audit.open(tmp_path / "s.duckdb").close()
     clean = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **env}
     p = subprocess.run([sys.executable, "-m", "billing_audit.cli", *args, "--db", str(tmp_path / "s.duckdb")],
                        capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=300)

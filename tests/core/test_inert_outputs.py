@@ -24,6 +24,10 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+
+import billing_audit
+from billing_audit import inert
+from billing_audit.cli import main
 from hostile_bill import (
     ESC_PAYLOAD,
     FORMULA,
@@ -35,10 +39,6 @@ from hostile_bill import (
     write_bill,
     write_rule,
 )
-
-import billing_audit
-from billing_audit import inert
-from billing_audit.cli import main
 from support import ROOT
 
 RAW = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # what no output may hold (CR only as CSV's CRLF)
@@ -331,6 +331,7 @@ def test_every_csv_neutralises_formulas(hostile: Hostile, outputs: dict[str, tup
 
 def test_the_csv_writer_neutralises_each_formula_start() -> None:
     import polars as pl
+
     from hostile_bill import FORMULAS
 
     text = inert.csv_text(pl.DataFrame({"=head": list(FORMULAS), "n": [-1.5] * len(FORMULAS)}))

@@ -213,7 +213,7 @@ def test_max_bytes_billed_refuses_before_any_query(bq: FakeBigQuery) -> None:
 
 # -- the command line ----------------------------------------------------------------------------------------------
 
-from test_pull_gcp import adc, private_key  # noqa: E402,F401 - the ADC fixtures (service-account key, token peer)
+from gcp_adc import adc, private_key  # noqa: E402,F401 - the ADC fixtures (service-account key, token peer)
 
 
 @pytest.fixture(scope="module")
