@@ -200,19 +200,20 @@ def resolve_keys(manifest: Path, keys: list[str]) -> tuple[list[Path], list[str]
 
 def resolve_key(manifest: Path, key: str) -> Path | None:
     """Find the local copy of a bucket key named in a manifest, near the manifest: in its folder or up to four
-    folders up, never above the input path it was found under."""
+    folders up.  Only a file under the input paths counts: a key found only outside them (``../`` in a key, or
+    a copy beside some other folder) raises :class:`OutsideInput`."""
     parts = [p for p in key.split("/") if p]
     roots = _ROOTS.get()
-    bases = [manifest.parent, *list(manifest.parents)[:4]]
-    if roots is not None:
-        bases = [b for b in bases if inside(b, roots)]
-    for base in bases:
+    outside: Path | None = None
+    for base in [manifest.parent, *list(manifest.parents)[:4]]:
         for i in range(len(parts)):
             cand = base.joinpath(*parts[i:])
             if cand.is_file():
-                if roots is not None and not inside(cand, roots):
-                    raise OutsideInput(key, cand.resolve(), roots)
-                return cand
+                if roots is None or inside(cand, roots):
+                    return cand
+                outside = outside or cand
+    if outside is not None and roots is not None:
+        raise OutsideInput(key, outside.resolve(), roots)
     return None
 
 
