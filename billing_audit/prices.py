@@ -22,8 +22,11 @@ on-demand price, keyed by :data:`KEY` (a newer list for the same key and period 
   meters' PayGPrice and GCP spot SKUs' ``cost_at_list`` are spot prices, never usable);
 - ``is_on_demand_sql()``: an SQL expression over ``l``, true for a line bought on demand (the bill's own
   fallback price: the same key bought on demand elsewhere in the store);
-- ``PULLER`` (optional, a :class:`PricePuller`): fetches the references for a list of :class:`PriceNeed` into
-  files of its ``FORMATS`` (the core then reads them like ``prices ingest``).
+
+A second, optional part ``connectors/<name>/prices_pull.py`` (``registry.with_part("prices_pull")``; kept apart so
+that recognising price files never imports a cloud SDK) has ``PULLER``, a :class:`PricePuller`: it fetches the
+references for a list of :class:`PriceNeed` into files of the provider's ``FORMATS`` (the core then reads them
+exactly as ``prices ingest`` does, so a pulled page and a saved page are one code path).
 """
 
 from __future__ import annotations
