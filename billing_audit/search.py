@@ -24,12 +24,26 @@ from billing_audit import registry
 from billing_audit.errors import BillingAuditError
 from billing_audit.store import PERIOD, Store
 
-# Word families: a query word that is (a stem of) a member searches for every member.
+# Word families (the synonym table; README "search"): a query word that is (a stem of) a member searches
+# for every member.  It is applied to the query only: the index holds the bills' own words.  Single-word
+# members match a query word by prefix ("interrupt" finds the interruption family); a member with a space
+# or hyphen only when the query word is that member ("re-read" or "reread").  Each family is written from the
+# words the three providers bill with (fixtures/gen_*.py write the same descriptions).
 FAMILIES: list[tuple[str, ...]] = [
     ("interrupt", "interruption", "evict", "eviction", "preempt", "preemption", "preemptible", "reclaim"),
     # GCP bills its restart surcharge as "preemption overhead": it belongs with restart
     ("restart", "recovery", "recover", "relaunch", "resume", "preemption overhead"),
     ("spot", "preemptible", "low priority", "low-priority"),
+    # egress: AWS "data transfer out" / "-Out-Bytes" usage types (also "data transfer to <region>"), Azure
+    # "Bandwidth - ... Data Transfer Out" and "Inter-Region", GCP "Network Inter Region / Internet Data Transfer Out"
+    ("egress", "bandwidth", "data transfer out", "data transfer to", "out-bytes", "inter-region", "inter region",
+     "internet data transfer"),
+    # re-reads: AWS "GET and all other requests" / "retrieval", Azure "Read Operations" and "All Other
+    # Operations" (its GET-class meter), GCP "Class B Operations" and "Data Retrieval"
+    ("reread", "re-read", "retrieval", "read operations", "get and all other requests", "requests-tier2",
+     "all other operations", "class b operations"),
+    # storage: AWS "Simple Storage Service" / "TimedStorage", Azure "Blob" / "Data Stored", GCP "Cloud Storage"
+    ("storage", "blob", "bucket", "data stored", "timedstorage"),
 ]
 SEARCH_COLUMNS = ("ChargeDescription", "x_UsageType", "x_Operation", "SkuMeter", "ServiceName", "ResourceName")
 MAX_WORDS = 20
@@ -56,8 +70,10 @@ def expand(query: str, exact: bool = False) -> list[tuple[str, list[str]]]:
         alts = [w]
         if not exact and len(w) >= 3:
             for fam in FAMILIES:
-                single = [m for m in fam if " " not in m and "-" not in m]  # phrases are only expanded to
-                if any(m.startswith(w) or (w.startswith(m) and len(m) >= 4) for m in single):
+                single = [m for m in fam if " " not in m and "-" not in m]  # a phrase only when typed whole
+                phrases = {m.replace("-", "").replace(" ", "") for m in fam if m not in single}
+                if any(m.startswith(w) or (w.startswith(m) and len(m) >= 4) for m in single) or \
+                        w.replace("-", "") in phrases:
                     alts += [m for m in fam if m not in alts]
         out.append((w, alts))
     return out

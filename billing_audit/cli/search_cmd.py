@@ -40,7 +40,10 @@ def search(query: str, db: str, period: str | None, since: datetime | None, prov
     make a word mean the same across providers (--exact turns them off):
     interrupt ~ interruption ~ evict ~ eviction ~ preempt ~ preemption ~ preemptible ~ reclaim;
     restart ~ recovery ~ relaunch ~ resume ~ "preemption overhead";
-    spot ~ preemptible ~ low priority.
+    spot ~ preemptible ~ low priority;
+    egress ~ bandwidth ~ "data transfer out" ~ out-bytes ~ inter-region;
+    re-read ~ retrieval ~ "read operations" ~ "get and all other requests" ~ "class b operations";
+    storage ~ blob ~ bucket ~ "data stored" (the table: billing_audit/search.py FAMILIES).
     Read-only; no store at --db is an error (exit 2).
 
     \b
