@@ -48,6 +48,21 @@ def check_period(period: str | None) -> None:
         raise BillingAuditError(f"--period {period!r}: expected YYYY-MM, e.g. 2026-10")
 
 
+_DAY = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])")
+
+
+def check_since(since: str | date | None) -> date | None:
+    """A first day is YYYY-MM-DD (checked as :func:`check_period` checks a month)."""
+    if since is None or isinstance(since, date):
+        return since
+    try:
+        if not _DAY.fullmatch(since):
+            raise ValueError(since)
+        return date.fromisoformat(since)
+    except ValueError:
+        raise BillingAuditError(f"--since {since!r}: expected YYYY-MM-DD, e.g. 2026-10-01") from None
+
+
 # -- the store ----------------------------------------------------------------------------------------------------
 def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None,
            config_path: str | None = None, *, wait: float | None = None,

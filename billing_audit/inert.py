@@ -14,14 +14,18 @@ reasons, file names) is data, never instructions, in every output:
 - :func:`write_csv` / :func:`csv_text` are the one CSV writer of the tool: RFC 4180 (CRLF, quoted as needed),
   control characters stripped, text cells starting with ``=``, ``+``, ``-``, ``@``, tab or CR prefixed with
   ``'`` so they cannot become spreadsheet formulas.  tests/test_inert_outputs.py fails if another module
-  writes CSV.
+  writes CSV.  With ``bom`` (or inside :func:`csv_bom`, the commands' ``--bom``) the text starts with a UTF-8
+  byte order mark, for spreadsheets that read CSV as UTF-8 only then.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import io
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -116,17 +120,34 @@ def safe_cell(value: Any, places: int | None = 4) -> str:
     return cell
 
 
-def write_csv(df: pl.DataFrame, out: io.TextIOBase | Any, places: int | None = 4) -> None:
+BOM = "\ufeff"
+_BOM: contextvars.ContextVar[bool] = contextvars.ContextVar("billing_audit_csv_bom", default=False)
+
+
+@contextlib.contextmanager
+def csv_bom(on: bool = True) -> Iterator[None]:
+    """Every CSV written inside starts with a UTF-8 byte order mark (a command's ``--bom``)."""
+    token = _BOM.set(on)
+    try:
+        yield
+    finally:
+        _BOM.reset(token)
+
+
+def write_csv(df: pl.DataFrame, out: io.TextIOBase | Any, places: int | None = 4, bom: bool | None = None) -> None:
     """``df`` as RFC 4180 CSV (CRLF line ends, quoted as needed) on ``out``: safe cells, safe header.
-    Money has ``places`` decimals (the report's and the finance file's 4), or all of them with None."""
+    Money has ``places`` decimals (the report's and the finance file's 4), or all of them with None.
+    ``bom``: start with a UTF-8 byte order mark (None: as :func:`csv_bom` says; default none)."""
+    if _BOM.get() if bom is None else bom:
+        out.write(BOM)
     w = csv.writer(out, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
     w.writerow([safe_cell(c) for c in df.columns])
     for row in df.iter_rows():
         w.writerow([safe_cell(v, places) for v in row])
 
 
-def csv_text(df: pl.DataFrame, places: int | None = 4) -> str:
+def csv_text(df: pl.DataFrame, places: int | None = 4, bom: bool | None = None) -> str:
     """``df`` as CSV text (see :func:`write_csv`)."""
     buf = io.StringIO()
-    write_csv(df, buf, places)
+    write_csv(df, buf, places, bom)
     return buf.getvalue()

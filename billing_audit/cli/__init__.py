@@ -10,19 +10,26 @@ from __future__ import annotations
 import click
 
 import billing_audit
+from billing_audit.cli.options import common_options, global_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@global_options
 @click.version_option(billing_audit.__version__, prog_name="billing-audit")
-def main(debug: bool) -> None:
+def main() -> None:
     """Audit what interrupted spot GPU training really costs, from cloud billing exports.
+
+    `audit PATHS` is the monthly run in one command: it ingests the export files, tags their lines
+    with the rules, reports the overhead per training job and team, and writes four files to --out
+    (report.html, report.json, jobs.csv, teams.csv).  The other commands are its steps and the
+    ways to look into the store.  --db, -q/--quiet and --debug go before the command or after it.
 
     \b
     Examples:
-      billing-audit ingest exports/              # load every export file under exports/
-      billing-audit summary                      # lines and cost per provider, period, currency
-      billing-audit audit fixtures/              # ingest, then summarise (the bundled demo)
+      billing-audit audit fixtures/ --out demo-report    # ingest, tag, report, write the four files
+      billing-audit ingest exports/                      # load every export file under exports/
+      billing-audit summary --period 2026-10             # lines and cost per provider, period, currency
+      billing-audit --db audit.duckdb search egress      # --db before the command, or after it
     """
 
 
@@ -44,7 +51,7 @@ def _register() -> None:
     for module in (ingest_cmd, summary_cmd, tag_cmd, rules_cmd, explain_cmd, report_cmd, lines_export_cmd, search_cmd,
                    pull_cmd, generate_cmd, validate_cmd):
         for command in module.COMMANDS:
-            main.add_command(command)
+            main.add_command(common_options(command))
 
 
 _register()

@@ -7,6 +7,7 @@ Everything printed goes through here, and every text from a bill or a rule is da
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +26,36 @@ if TYPE_CHECKING:
     from billing_audit.app import EngineRun
     from billing_audit.report import Report
 
+
+
+def plain() -> bool:
+    """NO_COLOR (any value but empty, https://no-color.org): no escape codes at all, not even bold, and no
+    animated progress bars.  A pipe or a file gets none either way (rich writes styles to terminals only)."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+_styles = {"color_system": None} if plain() else {}
 out = Console(highlight=False, soft_wrap=True, emoji=False, markup=False,
-              width=None if sys.stdout.isatty() else 220)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
+              width=None if sys.stdout.isatty() else 220, **_styles)  # type: ignore[arg-type]
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False, **_styles)  # type: ignore[arg-type]
+
+
+def live() -> bool:
+    """Progress bars may be drawn: stderr is a terminal and NO_COLOR is not set."""
+    return err.is_terminal and not plain()
 
 
 def say(line: str) -> None:
     """One plain line on stderr: cleaned, never markup."""
     err.print(text(line))
+
+
+def note(line: str) -> None:
+    """An informational line on stderr ("wrote ..."), left out with -q/--quiet (warnings and errors never are)."""
+    from billing_audit.cli.options import quiet_on
+
+    if not quiet_on():
+        say(line)
 
 
 def echo(line: str = "", nl: bool = True) -> None:

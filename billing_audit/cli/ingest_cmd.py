@@ -7,7 +7,7 @@ import sys
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import Bars, err, print_ingest, say
+from billing_audit.cli.console import Bars, live, print_ingest, say
 from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option, wait_option
 from billing_audit.formats import describe_formats
 
@@ -50,7 +50,7 @@ Examples:
 @handle_errors
 def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool, wait: float) -> None:
     with Bars() as bars:
-        report = app.ingest(db, paths, progress=bars.ingest if not quiet and err.is_terminal else None,
+        report = app.ingest(db, paths, progress=bars.ingest if not quiet and live() else None,
                             config_path=config_path, wait=wait, on_wait=say)
     print_ingest(report, quiet)
     if report.failed:

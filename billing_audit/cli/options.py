@@ -29,7 +29,6 @@ def handle_errors(f: F) -> F:
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = click.get_current_context()
         try:
             result = f(*args, **kwargs)
             sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
@@ -37,14 +36,14 @@ def handle_errors(f: F) -> F:
         except BrokenPipeError:  # `billing-audit report | head`: the reader has all it wants; exit 0, quietly
             closed_pipe()
         except BillingAuditError as e:
-            if ctx.find_root().params.get("debug"):
+            if debug_on():
                 raise
             say(f"error: {e}")
             sys.exit(e.exit_code)
         except (OSError, duckdb.Error) as e:  # disk full, permissions, a vanished file
             io_like = isinstance(e, (OSError, duckdb.IOException)) or any(
                 w in str(e) for w in ("Could not write", "No space left", "File too large", "IO Error"))
-            if ctx.find_root().params.get("debug") or not io_like:
+            if debug_on() or not io_like:
                 raise
             where = f"{e.filename}: " if isinstance(e, OSError) and e.filename else ""
             say(f"error: {where}{e.strerror if isinstance(e, OSError) and e.strerror else e}")
@@ -70,16 +69,103 @@ def wait_option(f: F) -> F:
     )(f)
 
 
+# -- the global options: before the command (`billing-audit --db x summary`) or after it (`summary --db x`) ------
+# Each command has them too; the value given after the command wins, then the one before it, then the
+# environment, then the default.  They travel in ``ctx.meta``, which click shares along the context chain.
+META_DB, META_QUIET, META_DEBUG = "billing_audit.db", "billing_audit.quiet", "billing_audit.debug"
+DB_HELP = f"Store file (env BILLING_AUDIT_DB; default {DEFAULT_DB})."
+DEBUG_HELP = "Show tracebacks instead of one-line errors."
+QUIET_HELP = "Only warnings, errors and the results: no progress bars or notes."
+
+
+def _flag(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value:
+            ctx.meta[key] = True
+        return bool(value) or bool(ctx.meta.get(key))
+
+    return remember
+
+
+def _root_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.meta[META_DB] = value
+    return value
+
+
+def _db(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The command's --db, else the one before the command, else $BILLING_AUDIT_DB, else the default."""
+    if value is not None:
+        return value
+    return str(ctx.meta.get(META_DB) or os.environ.get("BILLING_AUDIT_DB") or DEFAULT_DB)
+
+
+def global_options(f: F) -> F:
+    """--db, -q/--quiet and --debug on the top-level group (before the command)."""
+    f = click.option("--debug", is_flag=True, expose_value=False, callback=_flag(META_DEBUG), help=DEBUG_HELP)(f)
+    f = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_flag(META_QUIET), help=QUIET_HELP)(f)
+    return click.option("--db", type=click.Path(dir_okay=False), expose_value=False, callback=_root_db,
+                        help=DB_HELP + "  Commands that use a store take it after their name too.")(f)
+
+
+def debug_on() -> bool:
+    """--debug was given, before or after the command."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(META_DEBUG))
+
+
+def quiet_on() -> bool:
+    """-q/--quiet was given, before or after the command."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(META_QUIET))
+
+
+def common_options(command: click.Command) -> click.Command:
+    """-q/--quiet and --debug on ``command`` (and, for a group, on each of its commands): a command with its
+    own quiet keeps it (and the one before the command turns it on too)."""
+    names = {p.name for p in command.params}
+    if "debug" not in names:
+        command.params.append(click.Option(["--debug"], is_flag=True, expose_value=False,
+                                           callback=_flag(META_DEBUG), help=DEBUG_HELP))
+    quiet = next((p for p in command.params if p.name == "quiet"), None)
+    if quiet is None:
+        command.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
+                                           callback=_flag(META_QUIET), help=QUIET_HELP))
+    elif quiet.callback is None:
+        quiet.callback = _flag(META_QUIET)
+    if isinstance(command, click.Group) and not getattr(command, "builds_commands", False):
+        for sub in command.commands.values():
+            common_options(sub)
+    return command
+
+
 def db_option(f: F) -> F:
     return click.option(
         "--db",
         "db",
-        envvar="BILLING_AUDIT_DB",
-        default=DEFAULT_DB,
-        show_default=True,
+        default=None,
+        callback=_db,
         type=click.Path(dir_okay=False),
-        help="Store file (env BILLING_AUDIT_DB).",
+        help=DB_HELP + "  May also go before the command.",
     )(f)
+
+
+def bom_option(f: F) -> F:
+    """--bom: the CSV the command writes starts with a UTF-8 byte order mark (for spreadsheets that need one)."""
+    from billing_audit import inert
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, bom: bool = False, **kwargs: Any) -> Any:
+        with inert.csv_bom(bom):
+            return f(*args, **kwargs)
+
+    return click.option("--bom", is_flag=True,
+                        help="Start CSV with a UTF-8 byte order mark (for spreadsheets that need one).")(wrapper)  # type: ignore[return-value]
+
+
+def since_option(f: F) -> F:
+    """--since YYYY-MM-DD, checked like --period (by the app layer: :func:`billing_audit.app.check_since`)."""
+    return click.option("--since", metavar="YYYY-MM-DD", help="Only usage on or after this date (YYYY-MM-DD).")(f)
 
 
 def format_option(*choices: str, default: str | None = None) -> Callable[[F], F]:
@@ -207,12 +293,15 @@ def model_options(model: type[BaseModel], shared: dict[str, Decorator] | None = 
     click type come from the field's ``json_schema_extra`` (``flag``: "--bucket" or "-q/--quiet", ``metavar``,
     ``envvar``, ``show_envvar``, ``path``: "dir"), the help from its description, the default from its default;
     a tuple field is a repeatable option, a bool one a flag, an int with ge/le bounds an IntRange.
-    ``shared`` maps a field name to an option decorator placed just before that field's (e.g. --db)."""
+    ``shared`` maps a field name to an option decorator placed just before that field's (e.g. --db).
+    ``deprecated_flag`` (e.g. "--month") adds the old spelling as a hidden alias that says it is deprecated."""
     import annotated_types
     from pydantic_core import PydanticUndefined
 
     shared = shared or {}
     decorators: list[Decorator] = []
+    renamed: dict[str, tuple[str, str, str]] = {}  # hidden dest -> (field, old flag, new flag)
+    required: set[str] = set()
     for name, info in model.model_fields.items():
         if name in shared:
             decorators.append(shared[name])
@@ -239,9 +328,33 @@ def model_options(model: type[BaseModel], shared: dict[str, Decorator] | None = 
         for key in ("metavar", "envvar", "show_envvar"):
             if key in extra:
                 kw[key] = extra[key]
+        if "deprecated_flag" in extra:  # the old spelling: hidden, still read, and said on stderr
+            old = str(extra["deprecated_flag"])
+            if kw.pop("required", False):  # either spelling will do: checked once both are read
+                kw["help"] = f"{kw['help']}  Required."
+                required.add(name)
+            renamed[name + "__old"] = (name, old, flags[-1])
         decorators.append(click.option(*flags, name, **kw))
+        if "deprecated_flag" in extra:
+            decorators.append(click.option(old, name + "__old", hidden=True, multiple=kw.get("multiple", False),
+                                           metavar=kw.get("metavar"), help=f"Deprecated: {flags[-1]}."))
 
     def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        if renamed:
+            inner = f
+
+            @functools.wraps(inner)
+            def merged(*args: Any, **kwargs: Any) -> Any:
+                for key, (name, old, new) in renamed.items():
+                    value = kwargs.pop(key)
+                    if value:
+                        say(f"note: {old} is deprecated; use {new} (it takes the same values)")
+                        kwargs[name] = (*kwargs[name], *value) if isinstance(value, tuple) else value
+                    if name in required and not kwargs[name]:
+                        raise click.UsageError(f"Missing option '{new}'.")
+                return inner(*args, **kwargs)
+
+            f = merged
         for d in reversed(decorators):
             f = d(f)
         return f

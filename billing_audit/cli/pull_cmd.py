@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from billing_audit import app, pulling
-from billing_audit.cli.console import Bars, echo, err, print_ingest
-from billing_audit.cli.options import db_option, handle_errors, model_options, wait_option
+from billing_audit.cli.console import Bars, echo, live, print_ingest
+from billing_audit.cli.options import common_options, db_option, handle_errors, model_options, wait_option
 from billing_audit.errors import BillingAuditError
 
 GROUP_HELP = """Fetch what changed since the last pull from {titles}, then ingest it.
@@ -51,7 +51,7 @@ def build(name: str) -> click.Command:
     def command(db: str, wait: float, **values: Any) -> None:
         options = puller.Options(**values)
         quiet = bool(options.quiet)
-        show = not quiet and err.is_terminal
+        show = not quiet and live()
         with Bars() as bars:
             def tell(m: pulling.Message) -> None:
                 if m.level != "info" or not quiet:
@@ -75,11 +75,13 @@ def build(name: str) -> click.Command:
         if result.failed:
             sys.exit(2)
 
-    return command
+    return common_options(command)
 
 
 class PullGroup(click.Group):
     """The connectors that can pull, listed without importing them; a subcommand is built when asked for."""
+
+    builds_commands = True  # common_options: each subcommand gets -q and --debug when built
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(pulling.names())

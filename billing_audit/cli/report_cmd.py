@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import Bars, err, print_ingest, print_report, print_run, say
+from billing_audit.cli.console import Bars, live, print_ingest, print_report, print_run, say
 from billing_audit.cli.options import (
     basis_option,
     config_option,
@@ -136,7 +136,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
             print_ingest(r, quiet)
 
         result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
-                           progress=bars.ingest if not quiet and err.is_terminal else None, on_ingested=ingested,
+                           progress=bars.ingest if not quiet and live() else None, on_ingested=ingested,
                            wait=wait, on_wait=bars.say)
     if result.engine_run is not None:
         print_run(result.engine_run)

@@ -142,7 +142,7 @@ class Month:
 def parse_month(value: str) -> Month:
     m = _MONTH_RE.fullmatch((value or "").strip())
     if not m:
-        raise PullError(f"--month {value!r}: expected YYYYMM (the invoice month, e.g. 202610)")
+        raise PullError(f"--period {value!r}: expected YYYY-MM (the invoice month, e.g. 2026-10)")
     y, mo = int(m.group(1)), int(m.group(2))
     start = date(y, mo, 1)
     end = date(y + (mo == 12), mo % 12 + 1, 1)
@@ -712,10 +712,10 @@ Permissions needed:
 
 \b
 Examples:
-  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --month 202610
+  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --period 2026-10
   billing-audit pull gcp --table my-proj.billing.gcp_billing_export_resource_v1_01ABCD_23EF45_678901 \\
-      --month 202610 --project my-analytics-proj --max-bytes-billed 2000000000
-  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --month 202611 --dry-run
+      --period 2026-10 --project my-analytics-proj --max-bytes-billed 2000000000
+  billing-audit pull gcp --table my-proj.billing.gcp_billing_export_v1_01ABCD_23EF45_678901 --period 2026-11 --dry-run
 """
 
 
@@ -725,8 +725,10 @@ class GcpOptions(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     table: str = Field(description="The billing export table.", json_schema_extra={"metavar": "PROJECT.DATASET.TABLE"})
-    months: tuple[str, ...] = Field(description="Invoice month to pull; repeatable.",
-                                    json_schema_extra={"flag": "--month", "metavar": "YYYYMM"})
+    months: tuple[str, ...] = Field(description="Invoice month to pull, as every command spells a billing period "
+                                                "(YYYYMM is read too); repeatable.",
+                                    json_schema_extra={"flag": "--period", "metavar": "YYYY-MM",
+                                                       "deprecated_flag": "--month"})
     project: str | None = Field(None, description="Project that runs (and pays for) the query; default the table's project.",
                                 json_schema_extra={"metavar": "PROJECT"})
     cache: str = Field("billing-audit-cache/gcp", description="Cache folder for the downloaded months.",
@@ -765,7 +767,7 @@ class GcpFetched:
 class GcpPuller:
     name = "gcp"
     title = "GCP"
-    example = "billing-audit pull gcp --table proj.billing.gcp_billing_export_v1_0123 --month 202610"
+    example = "billing-audit pull gcp --table proj.billing.gcp_billing_export_v1_0123 --period 2026-10"
     help = HELP
     Options = GcpOptions
     db_before = "dry_run"

@@ -84,7 +84,7 @@ def test_bigquery_and_pull_gcp_without_credentials(tmp_path: Path) -> None:
                 "where a service account is attached"]
     table = "billing-proj.billing_export.gcp_billing_export_v1_0123"
     assert run(tmp_path, "report", "--engine", "bigquery", "--bq-table", table, "--period", "2026-10") == (2, expected)
-    assert run(tmp_path, "pull", "gcp", "--table", table, "--month", "202610") == (2, expected)
+    assert run(tmp_path, "pull", "gcp", "--table", table, "--period", "2026-10") == (2, expected)
 
 
 def test_spark_without_java(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def test_months() -> None:
     assert (m.invoice_month, m.start, m.end, m.period) == ("202612", date(2026, 12, 1), date(2027, 1, 1), "2026-12")
     assert gp.parse_month("2026-10").invoice_month == "202610"
     for bad in ("2026", "202613", "26-10", "202610; --", ""):
-        with pytest.raises(PullError, match="--month"):
+        with pytest.raises(PullError, match="--period"):
             gp.parse_month(bad)
 
 
@@ -360,7 +360,7 @@ def _assert_no_secret(*texts: str) -> None:
 
 def test_cli_pull_with_application_default_credentials(adc: FakeBigQuery, tmp_path: Path) -> None:
     db = tmp_path / "cli.duckdb"
-    r = _cli("--table", FULL, "--month", "202610", "--db", str(db))
+    r = _cli("--table", FULL, "--period", "2026-10", "--db", str(db))
     assert r.exit_code == 0, r.output
     assert "202610: 19 line(s) downloaded" in r.output
     assert "1 file(s) ingested (19 lines)" in r.output
@@ -368,7 +368,7 @@ def test_cli_pull_with_application_default_credentials(adc: FakeBigQuery, tmp_pa
     bq_calls = [x for x in adc.log if x.path.startswith("/bigquery/")]
     assert bq_calls and all(x.auth == f"Bearer {adc.token}" for x in bq_calls)
     assert adc.requests("POST", "^/token$")
-    again = _cli("--table", FULL, "--month", "202610", "--db", str(db))
+    again = _cli("--table", FULL, "--period", "2026-10", "--db", str(db))
     assert again.exit_code == 0, again.output
     assert "unchanged since the last pull" in again.output and "1 unchanged" in again.output
     summary = CliRunner().invoke(main, ["summary", "--db", str(db), "--format", "csv"])
@@ -378,7 +378,7 @@ def test_cli_pull_with_application_default_credentials(adc: FakeBigQuery, tmp_pa
 
 def test_cli_dry_run_prints_bytes(adc: FakeBigQuery, tmp_path: Path) -> None:
     db = tmp_path / "dry.duckdb"
-    r = _cli("--table", FULL, "--month", "202610", "--db", str(db), "--dry-run", "--max-bytes-billed", "5000")
+    r = _cli("--table", FULL, "--period", "2026-10", "--db", str(db), "--dry-run", "--max-bytes-billed", "5000")
     assert r.exit_code == 0, r.output
     assert "the query would process 19,000 bytes" in r.output
     assert "partition filter: _PARTITIONTIME from 2026-09-28 to 2026-11-16" in r.output
@@ -388,7 +388,7 @@ def test_cli_dry_run_prints_bytes(adc: FakeBigQuery, tmp_path: Path) -> None:
 
 
 def test_cli_bad_table_fails_before_any_request(adc: FakeBigQuery) -> None:
-    r = _cli("--table", "proj.dataset.t`; DROP TABLE x; --", "--month", "202610")
+    r = _cli("--table", "proj.dataset.t`; DROP TABLE x; --", "--period", "2026-10")
     assert r.exit_code == 2
     assert "error: --table" in r.output and "PROJECT.DATASET.TABLE" in r.output
     assert not adc.log
@@ -396,9 +396,9 @@ def test_cli_bad_table_fails_before_any_request(adc: FakeBigQuery) -> None:
 
 def test_cli_errors_are_one_line_exit_2(adc: FakeBigQuery) -> None:
     adc.faults.append(Fault("GET", r"/tables/", 403, "accessDenied", "Access Denied: Table billing-proj:x.y"))
-    r = _cli("--table", FULL, "--month", "202610")
+    r = _cli("--table", FULL, "--period", "2026-10")
     assert r.exit_code == 2 and r.output.startswith("error: access denied") and r.output.count("\n") == 1
-    r = _cli("--table", f"{PROJECT}.{DATASET}.gcp_billing_export_v1_NOPE", "--month", "202610")
+    r = _cli("--table", f"{PROJECT}.{DATASET}.gcp_billing_export_v1_NOPE", "--period", "2026-10")
     assert r.exit_code == 2 and r.output.startswith("error: table not found")
     _assert_no_secret(r.output)
 
@@ -406,7 +406,7 @@ def test_cli_errors_are_one_line_exit_2(adc: FakeBigQuery) -> None:
 def test_cli_rejected_credentials_do_not_leak_the_secret(adc: FakeBigQuery, monkeypatch: pytest.MonkeyPatch) -> None:
     adc.faults.append(Fault("POST", "^/token$", 400, body={"error": "invalid_grant",
                                                            "error_description": "Invalid JWT Signature."}))
-    r = _cli("--table", FULL, "--month", "202610")
+    r = _cli("--table", FULL, "--period", "2026-10")
     assert r.exit_code == 2, r.output
     assert r.output.startswith("error: the Google credentials were rejected when asking for an access token "
                                "(invalid_grant)")
@@ -415,14 +415,14 @@ def test_cli_rejected_credentials_do_not_leak_the_secret(adc: FakeBigQuery, monk
 
 def test_cli_without_credentials(adc: FakeBigQuery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
-    r = _cli("--table", FULL, "--month", "202610")
+    r = _cli("--table", FULL, "--period", "2026-10")
     assert r.exit_code == 2
     assert r.output.startswith("error: no Google credentials found") and "missing.json" in r.output
     # no variable, no gcloud login, not on GCP
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    r = _cli("--table", FULL, "--month", "202610")
+    r = _cli("--table", FULL, "--period", "2026-10")
     assert r.exit_code == 2 and r.output.startswith("error: no Google credentials found"), r.output
     assert not adc.log
 
