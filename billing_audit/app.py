@@ -19,25 +19,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-import billing_audit
 from billing_audit.errors import BillingAuditError
 from billing_audit.pulling import DryRun, FetchProgress, Message, PullOptions
-from billing_audit.store import IngestReport, Progress
+from billing_audit.store import IngestReport, Progress, Store
+from billing_audit.store import open as store_open
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from billing_audit.config import Config
     from billing_audit.engines import EngineOptions
     from billing_audit.report import Report
     from billing_audit.rules import Rule, RuleSet
     from billing_audit.search import SearchResult
+
+@contextmanager
+def _opened(db: str | Path | Store | None, read_only: bool = True, wait: float | None = None,
+            on_wait: Callable[[str], None] | None = None) -> Iterator[Store]:
+    """The store at ``db``, opened for the time of the call (read-only unless told), or ``db`` itself when it
+    is an open store (:mod:`billing_audit.api`: the notebook's store, left open)."""
+    if isinstance(db, Store):
+        yield db
+        return
+    with store_open(db, read_only=read_only, wait=wait, on_wait=on_wait) as store:
+        yield store
+
 
 _PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 
@@ -64,7 +79,7 @@ def check_since(since: str | date | None) -> date | None:
 
 
 # -- the store ----------------------------------------------------------------------------------------------------
-def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = None,
+def ingest(db: str | Store, paths: Sequence[str | Path], progress: Progress | None = None,
            config_path: str | None = None, *, wait: float | None = None,
            on_wait: Callable[[str], None] | None = None) -> IngestReport:
     """Load export files or folders; ``progress(file, rows)`` is called after each file.  The config's
@@ -72,20 +87,66 @@ def ingest(db: str, paths: Sequence[str | Path], progress: Progress | None = Non
     from billing_audit.config import load_config
 
     policy = load_config(config_path).overlap_policy()
-    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         return store.ingest([str(p) for p in paths], progress=progress, overlap=policy)
 
 
-def summary(db: str) -> pl.DataFrame:
-    """Lines and cost per provider, billing period and currency."""
-    with billing_audit.open(db, read_only=True) as store:
-        return store.summary()
+def _narrow(df: pl.DataFrame, period: str | None, provider: str | None) -> pl.DataFrame:
+    if period is not None:
+        df = df.filter(pl.col("period") == period)
+    if provider is not None:
+        df = df.filter(pl.col("provider") == provider)
+    return df
 
 
-def owners(db: str) -> pl.DataFrame:
+def summary(db: str | Store, period: str | None = None, provider: str | None = None) -> pl.DataFrame:
+    """Lines and cost per provider, billing period and currency (only ``period`` / ``provider`` when given)."""
+    check_period(period)
+    with _opened(db) as store:
+        return _narrow(store.summary(), period, provider)
+
+
+def owners(db: str | Store, period: str | None = None, provider: str | None = None) -> pl.DataFrame:
     """Which export's delivery holds each provider, billing account and period, and how it was dated."""
-    with billing_audit.open(db, read_only=True) as store:
-        return store.owners()
+    check_period(period)
+    with _opened(db) as store:
+        return _narrow(store.owners(), period, provider)
+
+
+@dataclass
+class Summary:
+    """What the store holds (`billing-audit summary`): per period and per currency, as of when, from which
+    deliveries.  Money is Decimal per currency, never summed across currencies."""
+
+    periods: pl.DataFrame  # provider, period, currency, lines, billed_cost, effective_cost, list_cost
+    totals: pl.DataFrame  # currency, lines, billed_cost, effective_cost, list_cost
+    owners: pl.DataFrame  # which delivery currently owns each provider, billing account and period
+    as_of: datetime | None  # the newest delivery's export time (how each is dated: owners' dated_by)
+    filters: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (:mod:`billing_audit.jsonout`)."""
+        from billing_audit.jsonout import envelope, records
+
+        owners = self.owners.select("provider", "billing_account", "period", "export", "lines", "delivery", "dated",
+                                    "dated_by", "ingested_at")
+        return envelope("summary", self.filters, as_of=self.as_of, totals=records(self.totals),
+                        periods=records(self.periods), owners=records(owners))
+
+
+def summary_report(db: str | Store, period: str | None = None, provider: str | None = None) -> Summary:
+    """The whole summary: :func:`summary`'s rows, the totals per currency, the data's as-of time (the newest
+    export time of the deliveries that own the periods shown) and :func:`owners`."""
+    check_period(period)
+    with _opened(db) as store:
+        periods = _narrow(store.summary(), period, provider)
+        held = _narrow(store.owners(), period, provider)
+    money = ["billed_cost", "effective_cost", "list_cost"]
+    totals = (periods.group_by("currency").agg(pl.col("lines").sum().cast(pl.Int64), *(pl.col(c).sum() for c in money))
+              .sort("currency"))
+    as_of = held["dated"].max() if held.height else None
+    return Summary(periods, totals, held, as_of if isinstance(as_of, datetime) else None,
+                   {"period": period, "provider": provider})
 
 
 @dataclass
@@ -93,20 +154,30 @@ class Explanation:
     line: dict[str, Any]  # the canonical line item
     hits: list[dict[str, Any]]  # rule_id, category, reason, run_id of every rule that matched it
 
+    def __iter__(self) -> Iterator[Any]:  # line, hits = explanation (as Store.explain gives them)
+        return iter((self.line, self.hits))
 
-def explain(db: str, line_item_id: str) -> Explanation:
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (:mod:`billing_audit.jsonout`): the line's columns (money as decimal strings)
+        and the rule hits."""
+        from billing_audit.jsonout import envelope
+
+        return envelope("explain", {"line_item_id": self.line.get("x_LineItemId")}, line=self.line, hits=self.hits)
+
+
+def explain(db: str | Store, line_item_id: str) -> Explanation:
     """One line item and every rule that matched it."""
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         line, hits = store.explain(line_item_id)
     return Explanation(line, hits)
 
 
-def lines_export(db: str, folder: str | Path, period: str | None = None) -> int:
+def lines_export(db: str | Store, folder: str | Path, period: str | None = None) -> int:
     """The store's canonical lines as partitioned parquet under ``folder``; the number of lines written."""
     from billing_audit.engines import write_lines
 
     check_period(period)
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         return write_lines(store, Path(folder), period)
 
 
@@ -127,7 +198,7 @@ def rules_frame(rule_dirs: Sequence[str | Path] = ()) -> pl.DataFrame:
             "name": [r.name for r in ruleset.rules],
             "category": [r.category for r in ruleset.rules],
             "severity": [r.meta.severity for r in ruleset.rules],
-            "providers": [",".join(r.meta.providers) for r in ruleset.rules],
+            "providers": [list(r.meta.providers) for r in ruleset.rules],
             "title": [r.meta.title for r in ruleset.rules],
             "source": ["built-in" if r.builtin else str(r.path) for r in ruleset.rules],
         }
@@ -137,6 +208,15 @@ def rules_frame(rule_dirs: Sequence[str | Path] = ()) -> pl.DataFrame:
 def rule(rule_id: str, rule_dirs: Sequence[str | Path] = ()) -> Rule:
     """One rule by id or name."""
     return load_rules(rule_dirs).get(rule_id)
+
+
+def rule_dict(r: Rule) -> dict[str, Any]:
+    """One rule as `rules show --format json` gives it (providers a list, parameters with their defaults)."""
+    return {"id": r.id, "name": r.name, "category": r.category, "severity": r.meta.severity,
+            "providers": list(r.meta.providers), "title": r.meta.title, "description": r.meta.description,
+            "source": "built-in" if r.builtin else str(r.path), "file": str(r.path),
+            "params": {n: {"default": p.default, "description": p.description} for n, p in r.meta.params.items()},
+            "sql": r.sql}
 
 
 def check_rules(rule_dirs: Sequence[str | Path] = ()) -> tuple[int, list[str]]:
@@ -211,7 +291,7 @@ class TagResult:
     failed: list[BillingAuditError] = field(default_factory=list)  # user rules that failed: skipped, others stored
 
 
-def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
+def tag(db: str | Store, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
         params: Sequence[str] | dict[str, str] = (), config_path: str | None = None, period: str | None = None,
         engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
         on_wait: Callable[[str], None] | None = None) -> TagResult:
@@ -236,14 +316,14 @@ def tag(db: str, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (
 
         checkpoint = cfg.checkpoint_settings()
         merged = {**checkpoint_params(chosen, checkpoint), **typed}
-        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+        with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
             run_id = run_engine(store, engine, chosen, cfg, period, "effective", merged,
                                 checkpoint, options=engine_options)
             run = engine_run(store, run_id)
             counts = engine_rule_counts(store, run_id)
         return TagResult(engine, run_id, chosen, [(r, counts.get(r.id, 0)) for r in chosen], sum(counts.values()),
                          engine_run=run)
-    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
     by_id = {r.id: r for r in chosen}
     rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
@@ -280,7 +360,7 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
     return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id), run)
 
 
-def report(db: str, config_path: str | None = None, period: str | None = None, basis: str = "effective",
+def report(db: str | Store, config_path: str | None = None, period: str | None = None, basis: str = "effective",
            engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
            on_wait: Callable[[str], None] | None = None) -> ReportResult:
     """Interruption overhead per job and team.  On another engine, an earlier run with the same source,
@@ -296,11 +376,11 @@ def report(db: str, config_path: str | None = None, period: str | None = None, b
 
         if get_engine(engine).reads_store(engine_options or options_from_flat(engine)):
             require_store(db)
-        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+        with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
             result = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
             period_warning(store, period, result.report)
             return result
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         result = ReportResult(build_report(store, cfg, period, basis))
         period_warning(store, period, result.report)
         return result
@@ -318,16 +398,18 @@ def period_warning(store: Any, period: str | None, rep: Report) -> None:
         rep.warnings.append(f"no lines for {period}; {holds}")
 
 
-def require_store(db: str | Path | None) -> None:
+def require_store(db: str | Path | Store | None) -> None:
     """The store must exist (a read, or a run that only adds to an existing store)."""
     from billing_audit.store import resolve_db
 
+    if isinstance(db, Store):
+        return
     path = resolve_db(db)
     if not path.exists():
         raise BillingAuditError(f"no store at {path}: run `billing-audit ingest` first")
 
 
-def export(db: str, out_file: str | Path | None, by: str = "team", fmt: str = "csv", config_path: str | None = None,
+def export(db: str | Store, out_file: str | Path | None, by: str = "team", fmt: str = "csv", config_path: str | None = None,
            period: str | None = None, basis: str = "effective") -> pl.DataFrame:
     """Write the finance file (per team or job, every billing period unless ``period``); returns its rows.
     ``out_file=None`` writes nothing (:func:`export_text` gives the text for stdout; parquet has none)."""
@@ -340,7 +422,7 @@ def export(db: str, out_file: str | Path | None, by: str = "team", fmt: str = "c
     if out_file is None and fmt == "parquet":
         raise BillingAuditError("--out -: parquet is binary and is not written to stdout; give a file name, "
                                 "or --format csv or json")
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         periods = [period] if period else store_periods(store)
         reports = [build_report(store, cfg, p, basis) for p in periods]
     df = outputs.export_frame(reports, by)
@@ -415,7 +497,7 @@ class AuditResult:
     engine_run: EngineRun | None = None
 
 
-def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
+def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
           on_ingested: Callable[[IngestReport], None] | None = None, *, wait: float | None = None,
@@ -437,7 +519,7 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None
-    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
             res = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=False)
             rep, run = res.report, res.engine_run
@@ -475,27 +557,38 @@ def parse_amount(value: str | None) -> Decimal | None:
         raise BillingAuditError(f"--fail-above {value!r}: expected an amount such as 10 or 12.50") from None
 
 
-def search(db: str, query: str, *, period: str | None = None, since: date | None = None, provider: str | None = None,
-           limit: int | None = 50, lines: bool = False, exact: bool = False,
+def search(db: str | Store, query: str, *, period: str | None = None, since: str | date | None = None,
+           provider: str | None = None, limit: int | None = 50, lines: bool = False, exact: bool = False,
            fail_above: str | Decimal | None = None) -> SearchOutcome:
     """Search the bills for words (``limit=None``: every match, as :func:`save_search_rule` needs);
-    ``fail_above`` reports the currencies whose matched total is above it."""
+    ``fail_above`` reports the currencies whose matched total is above it.  ``since`` is a date or YYYY-MM-DD."""
     from billing_audit.search import search as run_search
 
     check_period(period)
+    since = check_since(since)
     threshold = fail_above if isinstance(fail_above, Decimal) else parse_amount(fail_above)
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         result = run_search(store, query, exact=exact, period=period, since=since, provider=provider,
                             limit=limit, lines=lines)
     return SearchOutcome(result, threshold=threshold, over=result.over(threshold) if threshold is not None else [])
 
 
+def check_save_rule(save_rule: str | Path, force: bool = False) -> Path:
+    """The rule file ``--save-rule`` may write: an existing file only with ``force`` (never replaced silently)."""
+    path = Path(save_rule)
+    if path.exists() and not force:
+        raise BillingAuditError(f"--save-rule {path}: the file exists; give --force to overwrite it "
+                                "(nothing was written)")
+    return path
+
+
 def save_search_rule(outcome: SearchOutcome, save_rule: str | Path, rule_id: str | None = None,
-                     category: str = "custom") -> Path:
-    """Write the rule file that tags exactly the lines ``outcome`` found; its id from ``rule_id`` or the file name."""
+                     category: str = "custom", force: bool = False) -> Path:
+    """Write the rule file that tags exactly the lines ``outcome`` found; its id from ``rule_id`` or the file name.
+    An existing file is an error unless ``force``."""
     from billing_audit.search import rule_text
 
-    path = Path(save_rule)
+    path = check_save_rule(save_rule, force)
     rid = rule_id or (m.group(0) if (m := re.match(r"[A-Z]{2,5}[0-9]{3,4}", path.name)) else None)
     if not rid:
         raise BillingAuditError(f"--save-rule {save_rule}: name the file after a rule id (e.g. SR100_spot_restart.sql) "
@@ -562,7 +655,7 @@ def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message],
         tell(m)
     report = None
     if fetched.ready:
-        with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+        with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
             report = p.ingest(store, fetched, ingest_progress)
     return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
                       error=fetched.error)
@@ -575,10 +668,11 @@ def validate(paths: Sequence[str | Path]) -> list[Any]:
     return run(list(paths))
 
 
-def validation_json(results: Sequence[Any]) -> dict[str, Any]:
+def validation_json(results: Sequence[Any], filters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`validate --format json`'s document (:mod:`billing_audit.jsonout`)."""
     from billing_audit.validate import to_json
 
-    return to_json(results)
+    return to_json(results, filters)
 
 
 def validation_summary(results: Sequence[Any]) -> dict[str, int]:

@@ -87,6 +87,8 @@ class SearchResult:
     lines: pl.DataFrame | None
     totals: pl.DataFrame
     filters: dict[str, Any] = field(default_factory=dict)
+    group_count: int | None = None  # groups matched in all (``groups`` holds at most ``limit``)
+    limit: int | None = None
 
     def expanded_terms(self) -> dict[str, list[str]]:
         return {w: alts for w, alts in self.terms}
@@ -95,23 +97,37 @@ class SearchResult:
         """Currencies whose matched total is above amount."""
         return [r["currency"] for r in self.totals.iter_rows(named=True) if r["total_cost"] > amount]
 
-    def to_dict(self) -> dict[str, Any]:
-        def num(v: Any) -> Any:
-            if isinstance(v, Decimal):
-                return float(v.quantize(Decimal("0.0001")))
-            if isinstance(v, date):
-                return v.isoformat()
-            return v
+    @property
+    def line_count(self) -> int:
+        """Lines matched in all."""
+        return int(sum(int(n) for n in self.totals["lines"])) if self.totals.height else 0
 
-        out: dict[str, Any] = {"query": self.query, "expanded_terms": self.expanded_terms()}
+    def left_out(self) -> dict[str, int]:
+        """How many groups (and, with lines, line items) --limit left out."""
+        total = self.groups.height if self.group_count is None else self.group_count
+        out = {"groups": total - self.groups.height}
+        if self.lines is not None:
+            out["lines"] = self.line_count - self.lines.height
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (:mod:`billing_audit.jsonout`): money as exact decimal strings, counts as integers."""
+        from billing_audit.jsonout import envelope, money, plain
+
         group_keys = ["provider", "description", "usage_type", "currency", "lines", "quantity", "total_cost",
                       "first_date", "last_date", "accounts"]
-        out["groups"] = [{k: num(r[k]) for k in group_keys} for r in self.groups.iter_rows(named=True)]
+        body: dict[str, Any] = {"query": self.query, "expanded_terms": self.expanded_terms(), "limit": self.limit,
+                                "matched": {"groups": self.group_count if self.group_count is not None
+                                            else self.groups.height, "lines": self.line_count},
+                                "left_out": self.left_out()}
+        body["groups"] = [{k: int(r[k]) if k == "lines" else money(r[k]) if k == "total_cost" else plain(r[k])
+                           for k in group_keys} for r in self.groups.iter_rows(named=True)]
         if self.lines is not None:
-            out["lines"] = [{k: num(v) for k, v in r.items()} for r in self.lines.iter_rows(named=True)]
-        out["totals"] = [{k: num(r[k]) for k in ("currency", "total_cost", "lines")}
-                         for r in self.totals.iter_rows(named=True)]
-        return out
+            body["lines"] = [{k: money(v) if k == "cost" else plain(v) for k, v in r.items()}
+                             for r in self.lines.iter_rows(named=True)]
+        body["totals"] = [{"currency": r["currency"], "total_cost": money(r["total_cost"]), "lines": int(r["lines"])}
+                          for r in self.totals.iter_rows(named=True)]
+        return envelope("search", self.filters, **body)
 
 
 def _norm_sql(prefix: str = "") -> str:
@@ -177,8 +193,8 @@ def _index_current(store: Store) -> bool:
 
 
 def _indexed(store: Store, terms: list[tuple[str, list[str]]], params: dict[str, Any], where: str,
-             limit: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Groups and totals from the search index: the same answer as from the lines."""
+             limit: int | None) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Groups, totals and the number of groups from the search index: the same answer as from the lines."""
     matched_words = ", ".join(
         f"'{i}:' || list_filter($t{i}, lambda a: contains(norm, a))[1]" for i in range(len(terms)))
     where = (where.replace(f"strftime({PERIOD}", "strftime(" + PERIOD.replace("BillingPeriodStart", "x.bps"))
@@ -198,7 +214,9 @@ def _indexed(store: Store, terms: list[tuple[str, list[str]]], params: dict[str,
     totals = store.sql(f"SELECT x.currency, coalesce(sum(x.cost), 0) AS total_cost, CAST(sum(x.n) AS BIGINT) AS lines "
                        f"{base} "
                        "GROUP BY 1 ORDER BY 1", params)
-    return groups, totals
+    count = store.con.execute(f"SELECT count(*) FROM (SELECT 1 {base} GROUP BY x.provider, x.description, "
+                              "x.usage_type, x.currency)", params).fetchone()
+    return groups, totals, int(count[0]) if count else 0
 
 
 def search(
@@ -217,10 +235,10 @@ def search(
     where, params = _filters(period, since, provider)
     for i, (_, alts) in enumerate(terms):
         params[f"t{i}"] = alts
+    filters = {"period": period, "since": since, "provider": provider, "exact": exact, "lines": lines}
     if not lines and _index_current(store):
-        groups, totals = _indexed(store, terms, params, where, limit)
-        return SearchResult(query, terms, _shown(groups, terms), None, totals,
-                            {"period": period, "since": since, "provider": provider, "exact": exact})
+        groups, totals, count = _indexed(store, terms, params, where, limit)
+        return SearchResult(query, terms, _shown(groups, terms), None, totals, filters, count, limit)
     cols = ", ".join(SEARCH_COLUMNS)
     cond = condition_sql(len(terms), "norm")
     matched_words = ", ".join(
@@ -269,8 +287,10 @@ def search(
                    count(*) AS lines {base} GROUP BY 1 ORDER BY 1""",
         fparams,
     )
-    return SearchResult(query, terms, groups, line_df, totals,
-                        {"period": period, "since": since, "provider": provider, "exact": exact})
+    count = store.con.execute(
+        f"""SELECT count(*) FROM (SELECT 1 {base} GROUP BY l.x_Provider, coalesce(l.ChargeDescription, l.x_UsageType),
+            l.x_UsageType, coalesce(l.BillingCurrency, '?'))""", fparams).fetchone()
+    return SearchResult(query, terms, groups, line_df, totals, filters, int(count[0]) if count else 0, limit)
 
 
 RULE_TEMPLATE = """/*

@@ -33,6 +33,7 @@ from billing_audit.ddl import LINE_ITEMS
 from billing_audit.deliveries import walk
 from billing_audit.errors import BillingAuditError, InputError, UnknownFormatError
 from billing_audit.formats import Check
+from billing_audit.jsonout import money
 from billing_audit.reader import (
     MappedFile,
     detect,
@@ -44,7 +45,6 @@ from billing_audit.reader import (
     readable,
 )
 
-SCHEMA_VERSION = 1
 
 # ISO 4217 active codes (and the few funds codes exports use): a currency outside them is a finding.
 CURRENCIES = frozenset((
@@ -109,7 +109,7 @@ class FileValidation:
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file, "status": self.status, "format": self.format, "format_title": self.format_title,
-            "rows": self.rows, "cost": {k: str(v) for k, v in sorted(self.cost.items())}, "periods": self.periods,
+            "rows": self.rows, "cost": {k: money(v) for k, v in sorted(self.cost.items())}, "periods": self.periods,
             "charge_dates": {"from": self.charge_from, "to": self.charge_to},
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -228,8 +228,8 @@ def summary(results: Sequence[FileValidation]) -> dict[str, int]:
             "warnings": sum(1 for r in results if r.status == "warnings")}
 
 
-def to_json(results: Sequence[FileValidation]) -> dict[str, Any]:
-    from datetime import UTC, datetime
+def to_json(results: Sequence[FileValidation], filters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document (:mod:`billing_audit.jsonout`): schema_version, generated_at, filters, files, summary."""
+    from billing_audit.jsonout import envelope
 
-    return {"schema_version": SCHEMA_VERSION, "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "files": [r.to_dict() for r in results], "summary": summary(results)}
+    return envelope("validate", filters, files=[r.to_dict() for r in results], summary=summary(results))

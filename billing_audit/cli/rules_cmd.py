@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from billing_audit import app
+from billing_audit import app, jsonout
 from billing_audit.cli.console import echo, print_frame, say
-from billing_audit.cli.options import format_option, handle_errors, rules_option
+from billing_audit.cli.options import bom_option, format_option, handle_errors, rules_option
 
 
 @click.group()
@@ -26,29 +26,44 @@ def rules() -> None:
 @rules.command("list")
 @rules_option
 @format_option("table", "csv", "json")
+@bom_option
 @handle_errors
 def rules_list(rule_dirs: tuple[str, ...], fmt: str) -> None:
     """Every loaded rule: id, name, category, severity, providers and source.
 
+    JSON: schema_version, generated_at, filters (the --rules folders) and the rules, each rule's
+    providers a list.
+
     \b
-    Example:
+    Examples:
       billing-audit rules list --rules team-rules/ --format csv
+      billing-audit rules list --format json | jq '.rules[].id'
     """
-    print_frame(app.rules_frame(rule_dirs), "rules", fmt)
+    df = app.rules_frame(rule_dirs)
+    if fmt == "json":
+        click.echo(jsonout.dumps(jsonout.envelope("rules", {"rules": list(rule_dirs)}, rules=jsonout.records(df))))
+        return
+    print_frame(df.with_columns(df["providers"].list.join(",")) if fmt == "table" else df, "rules", fmt)
 
 
 @rules.command("show")
 @click.argument("rule_id")
 @rules_option
+@format_option("text", "json")
 @handle_errors
-def rules_show(rule_id: str, rule_dirs: tuple[str, ...]) -> None:
+def rules_show(rule_id: str, rule_dirs: tuple[str, ...], fmt: str) -> None:
     """One rule's header, parameters and query.
 
     \b
-    Example:
+    Examples:
       billing-audit rules show restart_fee.interrupted_spot
+      billing-audit rules show BA010 --format json
     """
     r = app.rule(rule_id, rule_dirs)
+    if fmt == "json":
+        click.echo(jsonout.dumps(jsonout.envelope("rule", {"rule_id": rule_id, "rules": list(rule_dirs)},
+                                                  rule=app.rule_dict(r))))
+        return
     echo(f"{r.id}  {r.name}  [{r.category}, {r.meta.severity}]  providers: {', '.join(r.meta.providers)}")
     echo(f"{r.meta.title}\nfile: {r.path}")
     if r.meta.description:
@@ -70,8 +85,9 @@ def rules_test(rule_dirs: tuple[str, ...]) -> None:
     must match and rows that must not; they are run on a scratch store.
 
     \b
-    Example:
+    Examples:
       billing-audit rules test --rules team-rules/
+      billing-audit rules test --rules team-rules/SR100_spot_restart.sql
     """
     failures, lines = app.check_rules(rule_dirs)
     for line in lines:

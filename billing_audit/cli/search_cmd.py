@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from datetime import datetime
 
 import click
 
-from billing_audit import app, inert
-from billing_audit.cli.console import print_frame, say
-from billing_audit.cli.options import ConnectorChoice, db_option, format_option, handle_errors, period_option
+from billing_audit import app, inert, jsonout
+from billing_audit.cli.console import note, print_frame, say
+from billing_audit.cli.options import (
+    ConnectorChoice,
+    bom_option,
+    db_option,
+    format_option,
+    handle_errors,
+    period_option,
+    since_option,
+)
 
 
 @click.command()
 @click.argument("query")
 @db_option
 @period_option()
-@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d"]), help="Only usage on or after this date (YYYY-MM-DD).")
+@since_option
 @click.option("--provider", type=ConnectorChoice(None), help="Only this provider.")
 @format_option("table", "json", "csv")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many rows; the output says how many more matched.")
 @click.option("--lines", "show_lines", is_flag=True, help="List the line items (id, source file and row), not groups.")
 @click.option("--exact", is_flag=True, help="Match the words as typed, without word families.")
 @click.option("--fail-above", type=str, metavar="AMOUNT",
@@ -29,10 +36,12 @@ from billing_audit.cli.options import ConnectorChoice, db_option, format_option,
               help="Write a rule file that tags exactly the lines found.")
 @click.option("--rule-id", help="Id of the saved rule (default: the start of FILE's name, e.g. SR100_x.sql).")
 @click.option("--category", default="custom", show_default=True, help="Category of the saved rule.")
+@click.option("--force", is_flag=True, help="--save-rule: overwrite the rule file if it exists.")
+@bom_option
 @handle_errors
-def search(query: str, db: str, period: str | None, since: datetime | None, provider: str | None, fmt: str, limit: int,
+def search(query: str, db: str, period: str | None, since: str | None, provider: str | None, fmt: str, limit: int,
            show_lines: bool, exact: bool, fail_above: str | None, save_rule: str | None, rule_id: str | None,
-           category: str) -> None:
+           category: str, force: bool) -> None:
     """Search the bills for words, e.g. whether you are charged per restart.
 
     Searches descriptions, usage types, operations, meters, services and resource
@@ -53,27 +62,38 @@ def search(query: str, db: str, period: str | None, since: datetime | None, prov
       billing-audit search "spot restart" --fail-above 10 --format json   # daily automation
       billing-audit search restart --format csv | head -1                 # a closed pipe exits 0
       billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
+      billing-audit search egress --since 2026-10-01 --format csv --bom > egress.csv
+
+    JSON: schema_version, generated_at, the filters, "matched" (groups and lines in all) and
+    "left_out" (what --limit did not list); money as exact decimal strings.  --save-rule never
+    replaces an existing file unless --force (exit 2, naming the file).
     """
-    found = app.search(db, query, period=period, since=since.date() if since else None, provider=provider,
+    if save_rule:
+        app.check_save_rule(save_rule, force)  # before the search: nothing is run for a file that cannot be written
+    found = app.search(db, query, period=period, since=since, provider=provider,
                        limit=None if save_rule else limit, lines=show_lines, exact=exact, fail_above=fail_above)
     result = found.result
     if fmt == "json":
-        click.echo(inert.json_inert(json.dumps(result.to_dict(), indent=2, ensure_ascii=False)))
+        click.echo(jsonout.dumps(result.to_dict()))
     elif fmt == "csv":
         df = result.lines if show_lines and result.lines is not None else result.groups
         df = df.with_columns(df["accounts"].list.join(";")) if "accounts" in df.columns else df
         click.echo(inert.csv_text(df), nl=False)
     else:
         terms = "; ".join(f"{w}: {' | '.join(alts)}" for w, alts in result.terms)
-        say(f"searching for every word of {query!r} ({terms})")
+        note(f"searching for every word of {query!r} ({terms})")
         if show_lines and result.lines is not None:
             print_frame(result.lines, "matching line items", "table")
         else:
             print_frame(result.groups.with_columns(result.groups["accounts"].list.join(", ")), "matches", "table")
         print_frame(result.totals, "totals per currency", "table")
+        left = result.left_out()
+        if not save_rule and any(left.values()):
+            shown = " and ".join(f"{n:,} more {k}" for k, n in left.items() if n)
+            say(f"{shown} matched than --limit {limit} lists (give a larger --limit to see them)")
     if save_rule:
-        path = app.save_search_rule(found, save_rule, rule_id, category)
-        say(f"wrote {path}: `billing-audit rules test --rules {path.parent}` checks it")
+        path = app.save_search_rule(found, save_rule, rule_id, category, force)
+        note(f"wrote {path}: `billing-audit rules test --rules {path.parent}` checks it")
     if found.over:
         say(f"matched total above {found.threshold} in {', '.join(found.over)}")
         sys.exit(1)

@@ -29,7 +29,8 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
     currencies, tag strings that do not parse, charges outside their billing
     period; for FOCUS files, conformance to the specification: mandatory
     columns, allowed values, cost relationships).  Exit 1 when a file has
-    errors (with --strict: findings of any kind), else 0.
+    errors (with --strict: findings of any kind), else 0.  JSON: schema_version,
+    generated_at, filters, files (billed cost per currency as exact decimal strings), summary.
 
     \b
     Examples:
@@ -38,7 +39,7 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
     """
     results = app.validate(paths)
     if fmt == "json":
-        click.echo(json_inert(json.dumps(app.validation_json(results), indent=2, ensure_ascii=False)))
+        click.echo(json_inert(json.dumps(app.validation_json(results, {"paths": list(paths), "strict": strict}), indent=2, ensure_ascii=False)))
     else:
         rows = [{"status": r.status, "file": r.file, "format": r.format or "?", "rows": r.rows,
                  "cost": "; ".join(f"{v:,.2f} {k}" for k, v in sorted(r.cost.items())),

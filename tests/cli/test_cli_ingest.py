@@ -61,7 +61,10 @@ def test_summary_json_keeps_decimal_precision(db: Path) -> None:
     CliRunner().invoke(main, ["ingest", str(PARQUET_DIR), "--db", str(db)])
     r = CliRunner().invoke(main, ["summary", "--db", str(db), "--format", "json"])
     data = json.loads(r.output)
-    assert data[0]["billed_cost"] == "57.099200000000"
+    assert data["periods"][0]["billed_cost"] == "57.0992"  # exact decimal string, never a float
+    assert data["totals"] == [{"currency": "USD", "lines": 12, "billed_cost": "57.0992",
+                               "effective_cost": data["periods"][0]["effective_cost"],
+                               "list_cost": data["periods"][0]["list_cost"]}]
 
 
 def test_quiet_prints_nothing_on_success(db: Path) -> None:

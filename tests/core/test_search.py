@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -73,15 +74,18 @@ def test_json_shape_and_totals(db: Path) -> None:
     code, out = _run(db, "spot restart", "--format", "json")
     assert code == 0
     data = json.loads(out)
-    assert list(data) == ["query", "expanded_terms", "groups", "totals"]
+    assert list(data) == ["schema_version", "kind", "generated_at", "filters", "query", "expanded_terms", "limit",
+                          "matched", "left_out", "groups", "totals"]
     assert data["expanded_terms"]["restart"][:3] == ["restart", "recovery", "recover"]
     for g in data["groups"]:
         assert list(g) == ["provider", "description", "usage_type", "currency", "lines", "quantity", "total_cost",
                            "first_date", "last_date", "accounts"]
-    costs = [g["total_cost"] for g in data["groups"]]
+        assert isinstance(g["lines"], int) and isinstance(g["total_cost"], str) and isinstance(g["accounts"], list)
+    costs = [Decimal(g["total_cost"]) for g in data["groups"]]
     assert costs == sorted(costs, reverse=True)
-    for t in data["totals"]:
-        assert t["total_cost"] == pytest.approx(sum(g["total_cost"] for g in data["groups"] if g["currency"] == t["currency"]))
+    for t in data["totals"]:  # exact: the decimal strings add up to the cent
+        assert Decimal(t["total_cost"]) == sum(Decimal(g["total_cost"]) for g in data["groups"]
+                                               if g["currency"] == t["currency"])
 
 
 def test_fail_above_exit_codes(db: Path) -> None:

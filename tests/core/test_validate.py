@@ -60,13 +60,13 @@ def test_rows_and_cost_per_currency_are_what_ingest_stores(tmp_path: Path, name:
 def test_json_shape() -> None:
     code, doc = _json([str(CUR_2018)])
     assert code == 0
-    assert set(doc) == {"schema_version", "generated_at", "files", "summary"}
+    assert set(doc) == {"schema_version", "kind", "generated_at", "filters", "files", "summary"}
     assert doc["schema_version"] == 1 and isinstance(doc["generated_at"], str)
     assert doc["summary"] == {"files": 1, "errors": 0, "warnings": 1}
     (f,) = doc["files"]
     assert set(f) == {"file", "status", "format", "format_title", "rows", "cost", "periods", "charge_dates", "findings"}
     assert f["format"] == "aws-cur" and f["status"] == "warnings" and f["rows"] == 5
-    assert f["cost"] == {"USD": "25.780000000000"} and f["periods"] == ["2018-06"]
+    assert f["cost"] == {"USD": "25.78"} and f["periods"] == ["2018-06"]
     assert set(f["charge_dates"]) == {"from", "to"} and f["charge_dates"]["from"].startswith("2018-06")
     (finding,) = f["findings"]
     assert set(finding) == {"id", "severity", "message", "lines", "row", "column"}
