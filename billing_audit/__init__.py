@@ -1,14 +1,43 @@
 """billing-audit: find what interrupted spot GPU training really costs in cloud bills.
 
+The Python API (README "Python API"; :mod:`billing_audit.api`): :func:`open` gives a store with every
+command as a method, returning polars frames or dataclasses, the same answers as the command line.
+
 >>> import billing_audit
 >>> store = billing_audit.open("billing-audit.duckdb")          # doctest: +SKIP
 >>> report = store.ingest(["fixtures/"])                         # doctest: +SKIP
+>>> store.tag().hits                                             # doctest: +SKIP
+>>> store.report(period="2026-10").jobs                          # doctest: +SKIP
 >>> store.summary()                                              # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from billing_audit.store import IngestReport, Store, open
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["IngestReport", "Store", "open"]
+from billing_audit.store import IngestReport, Store
+
+if TYPE_CHECKING:
+    from billing_audit.api import Audit
+
+__all__ = ["Audit", "IngestReport", "Store", "open"]
 __version__ = "0.1.0"
+
+
+def open(db: str | os.PathLike[str] | None = None, *, read_only: bool = False,  # noqa: A001
+         wait: float | None = None, on_wait: Callable[[str], None] | None = None) -> Audit:
+    """Open (or, unless ``read_only``, create) the store at ``db``: :func:`billing_audit.api.open`.
+    The API module (and the app layer under it) is imported on the first call, not with the package."""
+    from billing_audit.api import open as open_api
+
+    return open_api(db, read_only=read_only, wait=wait, on_wait=on_wait)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Audit":
+        from billing_audit.api import Audit
+
+        return Audit
+    raise AttributeError(f"module 'billing_audit' has no attribute {name!r}")

@@ -11,6 +11,7 @@ from billing_audit import app
 from billing_audit.cli.console import Bars, live, print_ingest, print_report, print_run, say
 from billing_audit.cli.options import (
     basis_option,
+    bom_option,
     config_option,
     db_option,
     engine_options,
@@ -34,6 +35,7 @@ from billing_audit.store import IngestReport
 @basis_option
 @engine_options
 @wait_option
+@bom_option
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
            engine_opts: dict[str, Any], wait: float) -> None:
@@ -79,6 +81,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
               help="File to write (its folder must exist); - writes csv or json to stdout.")
 @basis_option
+@bom_option
 @handle_errors
 def export(db: str, config_path: str | None, period: str | None, by: str, fmt: str, out_file: str,
            cost_basis: str) -> None:
@@ -113,6 +116,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @quiet_option("No progress bar or table.")
 @engine_options
 @wait_option
+@bom_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
           cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
