@@ -35,3 +35,42 @@ def test_every_builtin_rule_and_category_is_in_the_readme() -> None:
         assert rule.id in README and rule.name in README, rule.id
     for cat in CATEGORIES:
         assert f"`{cat}`" in README, cat
+
+
+def _every_command(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The top level, every group and every command (pull's subcommands are built when asked for)."""
+    out = [prefix]
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None
+        if isinstance(cmd, click.Group):
+            out += _every_command(cmd, (*prefix, name))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+def test_every_help_has_an_examples_block() -> None:
+    from click.testing import CliRunner
+
+    paths = _every_command(main)
+    assert ("pull", "gcp") in paths and ("rules", "show") in paths and () in paths
+    for path in paths:
+        r = CliRunner().invoke(main, [*path, "--help"], terminal_width=200)
+        assert r.exit_code == 0, (path, r.output)
+        after = r.output.split("Examples:", 1)
+        assert len(after) == 2, f"billing-audit {' '.join(path)} --help has no Examples block"
+        block = after[1].split("\nOptions:", 1)[0]
+        examples = [ln.strip() for ln in block.splitlines() if ln.strip().startswith(("billing-audit ", "BILLING_AUDIT"))]
+        assert any(e.startswith("billing-audit " + " ".join(path)) for e in examples) or (path == () and examples), \
+            f"billing-audit {' '.join(path)} --help: no example of the command itself: {examples}"
+
+
+def test_top_level_help_says_what_audit_does() -> None:
+    from click.testing import CliRunner
+
+    text = " ".join(CliRunner().invoke(main, ["--help"], terminal_width=200).output.split())
+    for words in ("ingests the export files", "tags their lines", "reports the overhead",
+                  "report.html, report.json, jobs.csv, teams.csv", "--db, -q/--quiet and --debug go before"):
+        assert words in text, words
