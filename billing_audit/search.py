@@ -287,10 +287,10 @@ def search(
                    count(*) AS lines {base} GROUP BY 1 ORDER BY 1""",
         fparams,
     )
-    count = store.con.execute(
+    counted = store.con.execute(
         f"""SELECT count(*) FROM (SELECT 1 {base} GROUP BY l.x_Provider, coalesce(l.ChargeDescription, l.x_UsageType),
             l.x_UsageType, coalesce(l.BillingCurrency, '?'))""", fparams).fetchone()
-    return SearchResult(query, terms, groups, line_df, totals, filters, int(count[0]) if count else 0, limit)
+    return SearchResult(query, terms, groups, line_df, totals, filters, int(counted[0]) if counted else 0, limit)
 
 
 RULE_TEMPLATE = """/*

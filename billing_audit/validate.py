@@ -45,7 +45,6 @@ from billing_audit.reader import (
     readable,
 )
 
-
 # ISO 4217 active codes (and the few funds codes exports use): a currency outside them is a finding.
 CURRENCIES = frozenset((
     "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BGN", "BHD", "BIF",
