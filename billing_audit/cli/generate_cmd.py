@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import echo, say
+from billing_audit.cli.console import echo, note
 from billing_audit.cli.options import ConnectorChoice, handle_errors
 
 
@@ -35,7 +35,7 @@ def generate(provider: str, rows: int, out_dir: str, seed: int, rows_per_file: i
       billing-audit generate --provider gcp --rows 10000 --out /tmp/gcp && billing-audit audit /tmp/gcp
     """
     done = app.generate(provider, rows, out_dir, seed=seed, rows_per_file=rows_per_file)
-    say(f"wrote {rows:,} {provider} line items in {len(done.files)} file(s), {done.size / 2**20:,.1f} MiB, "
+    note(f"wrote {rows:,} {provider} line items in {len(done.files)} file(s), {done.size / 2**20:,.1f} MiB, "
                f"under {out_dir} in {done.seconds:.1f} s")
     for f in done.files:
         echo(str(f))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import say
+from billing_audit.cli.console import note
 from billing_audit.cli.options import db_option, handle_errors, period_option
 
 
@@ -28,7 +28,7 @@ def lines_export(folder: str, db: str, period: str | None) -> None:
       billing-audit lines-export lines/ --db audit.duckdb
     """
     n = app.lines_export(db, folder, period)
-    say(f"wrote {n:,} line items to {folder}")
+    note(f"wrote {n:,} line items to {folder}")
 
 
 COMMANDS = (lines_export,)

@@ -120,7 +120,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
           cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
-    """The monthly audit in one command: ingest PATHS, tag, report.
+    """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
     the job table.  Exits 2 if a file failed to ingest (the rest is still audited), and

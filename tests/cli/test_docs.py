@@ -72,5 +72,6 @@ def test_top_level_help_says_what_audit_does() -> None:
 
     text = " ".join(CliRunner().invoke(main, ["--help"], terminal_width=200).output.split())
     for words in ("ingests the export files", "tags their lines", "reports the overhead",
-                  "report.html, report.json, jobs.csv, teams.csv", "--db, -q/--quiet and --debug go before"):
+                  "report.html, report.json, jobs.csv, teams.csv", "--db, -q/--quiet and --debug go before",
+                  "audit The monthly audit in one command: ingest PATHS, tag, report, write four files."):
         assert words in text, words
