@@ -9,6 +9,7 @@ import click
 
 from billing_audit import app
 from billing_audit.cli.console import Bars, err, print_ingest, print_report, print_run, say
+from billing_audit.cli.ingest_cmd import follow_outside_option
 from billing_audit.cli.options import (
     basis_option,
     config_option,
@@ -113,9 +114,10 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @quiet_option("No progress bar or table.")
 @engine_options
 @wait_option
+@follow_outside_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
+          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float, follow_outside: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -137,7 +139,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
 
         result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
                            progress=bars.ingest if not quiet and err.is_terminal else None, on_ingested=ingested,
-                           wait=wait, on_wait=bars.say)
+                           wait=wait, on_wait=bars.say, follow_outside=follow_outside)
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:
