@@ -81,14 +81,15 @@ def check_since(since: str | date | None) -> date | None:
 # -- the store ----------------------------------------------------------------------------------------------------
 def ingest(db: str | Store, paths: Sequence[str | Path], progress: Progress | None = None,
            config_path: str | None = None, *, wait: float | None = None,
-           on_wait: Callable[[str], None] | None = None) -> IngestReport:
+           on_wait: Callable[[str], None] | None = None, follow_outside: bool = False) -> IngestReport:
     """Load export files or folders; ``progress(file, rows)`` is called after each file.  The config's
-    ``[exports]`` table says which export counts the lines two exports both deliver."""
+    ``[exports]`` table says which export counts the lines two exports both deliver.  Only files under
+    ``paths`` are read unless ``follow_outside`` (symlinks and manifest keys resolving elsewhere are read too)."""
     from billing_audit.config import load_config
 
     policy = load_config(config_path).overlap_policy()
     with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
-        return store.ingest([str(p) for p in paths], progress=progress, overlap=policy)
+        return store.ingest([str(p) for p in paths], progress=progress, overlap=policy, follow_outside=follow_outside)
 
 
 def _narrow(df: pl.DataFrame, period: str | None, provider: str | None) -> pl.DataFrame:
@@ -501,10 +502,11 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
           on_ingested: Callable[[IngestReport], None] | None = None, *, wait: float | None = None,
-          on_wait: Callable[[str], None] | None = None) -> AuditResult:
+          on_wait: Callable[[str], None] | None = None, follow_outside: bool = False) -> AuditResult:
     """The monthly audit: ingest ``paths``, tag, report, and write report.html, report.json, jobs.csv and
     teams.csv to ``out_dir``.  A file that fails to ingest is in ``result.ingest.errors``; the rest is audited.
-    ``on_ingested`` is called with the ingest's report before the tagging starts."""
+    ``on_ingested`` is called with the ingest's report before the tagging starts; ``follow_outside`` as for
+    :func:`ingest`."""
     from billing_audit import inert, outputs
     from billing_audit.config import load_config
     from billing_audit.html import render_html
@@ -515,7 +517,7 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     if missing:
         raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
     cfg = load_config(config_path)
-    ingested = ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait)
+    ingested = ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait, follow_outside=follow_outside)
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None

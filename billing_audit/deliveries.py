@@ -133,6 +133,9 @@ def _delivery(hint: fm.DeliveryHint, files: list[Path], label: str) -> Delivery:
     )
 
 
+FOLLOW_HINT = " (--follow-outside reads it)"
+
+
 def _files_under(folder: Path, roots: tuple[Path, ...] | None, errors: list[InputError],
                  seen: set[Path] | None = None) -> list[Path]:
     """Every file under ``folder``, symlinks included only where they point inside ``roots`` (None: anywhere);
@@ -151,12 +154,12 @@ def _files_under(folder: Path, roots: tuple[Path, ...] | None, errors: list[Inpu
                         out.extend(_files_under(q.resolve(), None, errors, seen))
                 elif not fm.inside(q, roots):
                     errors.append(InputError(display_name(q), f"a symlink to {q.resolve()}, outside the input path(s): "
-                                                              "skipped"))
+                                                              f"skipped{FOLLOW_HINT}"))
         for name in sorted(filenames):
             q = here / name
             if q.is_symlink() and roots is not None and not fm.inside(q, roots):
                 errors.append(InputError(display_name(q), f"a symlink to {q.resolve()}, outside the input path(s): "
-                                                          "skipped"))
+                                                          f"skipped{FOLLOW_HINT}"))
                 continue
             if q.is_file():
                 out.append(q)
@@ -236,7 +239,7 @@ def group(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside:
                     if hint is not None:
                         break
         except fm.OutsideInput as e:
-            errors.append(InputError(display_name(m), str(e), column=None))
+            errors.append(InputError(display_name(m), f"{e}{FOLLOW_HINT}", column=None))
             continue
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
             errors.append(InputError(display_name(m), f"unreadable manifest: {e}"))

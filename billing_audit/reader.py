@@ -465,6 +465,13 @@ def _sniff_text(path: Path, display: str) -> None:
             ) from None
 
 
+MAX_LINE = 64 << 20  # the longest CSV record read
+BUFFER = 128 << 20  # DuckDB's CSV buffer: twice the longest record
+WIDE_COLUMNS = 1000  # a file with more columns is wide (thousands of tag columns): read on one thread, and ...
+WIDE_MAX_LINE = 8 << 20  # ... in small buffers, which also end DuckDB's chunks early: a chunk holds the rows of
+WIDE_BUFFER = 16 << 20  # a buffer, so its vectors (one per column) hold fewer rows the wider the file
+
+
 def reader_sql(path: Path, kind: str, columns: list[str] | None = None, delimiter: str = ",") -> str:
     p = lit(str(path))
     if kind == "parquet":
@@ -474,9 +481,10 @@ def reader_sql(path: Path, kind: str, columns: list[str] | None = None, delimite
         return f"read_json({p}, format='auto', maximum_object_size=67108864, sample_size=-1)"
     assert columns is not None, "CSV is read with the header's own column names"
     spec = ", ".join(f"{lit(c)}: 'VARCHAR'" for c in columns)
+    line, buffer = (WIDE_MAX_LINE, WIDE_BUFFER) if len(columns) > WIDE_COLUMNS else (MAX_LINE, BUFFER)
     return (
         f"read_csv({p}, header=true, auto_detect=false, columns={{{spec}}}, delim={lit(delimiter)}, quote='\"', escape='\"', "
-        "strict_mode=true, null_padding=false, max_line_size=67108864, buffer_size=134217728)"
+        f"strict_mode=true, null_padding=false, max_line_size={line}, buffer_size={buffer})"
     )
 
 

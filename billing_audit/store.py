@@ -33,6 +33,7 @@ from billing_audit.ddl import BOOKKEEPING, LINE_ITEMS
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
+    WIDE_COLUMNS,
     MappedFile,
     detect,
     diagnose,
@@ -93,8 +94,9 @@ class IngestReport:
 
 
 Progress = Callable[[str, int], None]
-WIDE_COLUMNS = 1000  # files with more columns are read on one thread (memory)
-WIDE_KIB_PER_COLUMN = 160  # what such a file needs per column, measured (10,000 tag columns: ~1.5 GB)
+# What DuckDB reserves per column of a wide file (its vectors at every stage of the read, most never touched:
+# 10,000 tag columns reserve ~1.6 GB at a resident 0.4 GB), on top of the default for the buffers and rows.
+WIDE_KIB_PER_COLUMN = 160
 DEFAULT_MEMORY_MB = 600
 
 
@@ -351,9 +353,9 @@ class Store:
                         mf = MappedFile(local, display, kind, fmt, cols)
                         fp = _part_fp(fps[f], display, display == display_name(f))
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
-                        # a very wide file (thousands of tag columns) holds ~32 KiB per column in each
+                        # a very wide file (thousands of tag columns) reserves ~32 KiB per column in each
                         # stage of the read, whatever its length: one thread, and (unless the limit was
-                        # set explicitly) a memory limit that grows with the width, not the length
+                        # set explicitly) the default limit plus what the width reserves
                         wide = len(cols) > WIDE_COLUMNS
                         saved = con.execute("SELECT current_setting('threads'), current_setting('memory_limit')"
                                             ).fetchone() if wide else None
@@ -361,7 +363,7 @@ class Store:
                             if wide:
                                 con.execute("SET threads = 1")
                                 if "BILLING_AUDIT_MEMORY_LIMIT" not in os.environ:
-                                    need = max(DEFAULT_MEMORY_MB, len(cols) * WIDE_KIB_PER_COLUMN // 1024)
+                                    need = DEFAULT_MEMORY_MB + len(cols) * WIDE_KIB_PER_COLUMN // 1024
                                     con.execute(f"SET memory_limit = '{need}MB'")
                             n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
                         except duckdb.Error as e:

@@ -41,17 +41,25 @@ Examples:
 """
 
 
+follow_outside_option = click.option(
+    "--follow-outside", is_flag=True, default=False,
+    help="Also read what lies outside the named PATHS: symlinks pointing elsewhere and manifest keys "
+         "resolving elsewhere are read.  Off by default: those are skipped, each with an error (exit 2).")
+
+
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @config_option()
 @quiet_option("No progress bar or summary line.")
 @wait_option
+@follow_outside_option
 @handle_errors
-def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool, wait: float) -> None:
+def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool, wait: float,
+           follow_outside: bool) -> None:
     with Bars() as bars:
         report = app.ingest(db, paths, progress=bars.ingest if not quiet and live() else None,
-                            config_path=config_path, wait=wait, on_wait=say)
+                            config_path=config_path, wait=wait, on_wait=say, follow_outside=follow_outside)
     print_ingest(report, quiet)
     if report.failed:
         sys.exit(2)

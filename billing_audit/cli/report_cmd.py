@@ -9,6 +9,7 @@ import click
 
 from billing_audit import app
 from billing_audit.cli.console import Bars, live, print_ingest, print_report, print_run, say
+from billing_audit.cli.ingest_cmd import follow_outside_option
 from billing_audit.cli.options import (
     basis_option,
     bom_option,
@@ -117,9 +118,10 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @engine_options
 @wait_option
 @bom_option
+@follow_outside_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
+          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float, follow_outside: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -141,7 +143,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
 
         result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
                            progress=bars.ingest if not quiet and live() else None, on_ingested=ingested,
-                           wait=wait, on_wait=bars.say)
+                           wait=wait, on_wait=bars.say, follow_outside=follow_outside)
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:

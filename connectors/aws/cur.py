@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from pathlib import Path
 
 from billing_audit.formats import NUM, TEXT, TIME, DeliveryHint, ExportFormat, ManifestReader, has_all, has_any, resolve_keys
-from billing_audit.sql import lit
+from billing_audit.sql import ident, lit
 
 # The Athena rule: underscore before capitals, lower-case, non-alphanumerics to _, collapse, trim.
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -224,9 +225,8 @@ class CurLegacy(ExportFormat):
     def render(self, cols: dict[str, str]) -> str:
         tag_cols = sorted(c for c in cols if c.startswith("resource_tags_"))
         if tag_cols:
-            entries = ", ".join(f"{{'k': {_key(c)}, 'v': \"{c}\"}}" for c in tag_cols)
             unique = len({_key(c) for c in tag_cols}) == len(tag_cols)  # then no merging is needed
-            tags = f"{'ba_tags_unique' if unique else 'ba_tags'}([{entries}])"
+            tags = f"{'ba_tags_unique' if unique else 'ba_tags'}({_tag_entries(tag_cols)})"
         else:
             tags = "MAP {}::MAP(VARCHAR, VARCHAR)"
         return CUR_SELECT.format(
@@ -241,8 +241,32 @@ class CurLegacy(ExportFormat):
 
 
 def _key(col: str) -> str:
-    key = re.sub(r"^resource_tags_(user_)?", "", col)
-    return lit(key)
+    return lit(_key_text(col))
+
+
+def _key_text(col: str) -> str:
+    return re.sub(r"^resource_tags_(user_)?", "", col)
+
+
+WIDE_TAG_COLUMNS = 256  # files with more tag columns build the tag list through one string (memory)
+
+
+def _tag_entries(tag_cols: list[str]) -> str:
+    """The list of {k, v} the tag macros read, one entry per tag column, in column order.
+
+    A list literal holds every column's entry for every row: DuckDB materialises it 2,048 rows at a time, so
+    10,000 tag columns cost ~0.7 GB per chunk (and a file's first chunks grow with its length).  Past
+    ``WIDE_TAG_COLUMNS`` the row's non-empty cells are joined into one string instead (an empty cell is NULL
+    and leaves no piece) and split back into entries: the list then holds only the row's non-empty tags.
+    Keys are Athena names ([a-z0-9_], never the chr(31) ending a key); pieces are joined by chr(30) and a
+    random nonce drawn per mapping, which no value in a file can contain except by a 2^-64 accident.
+    """
+    if len(tag_cols) <= WIDE_TAG_COLUMNS:
+        return "[" + ", ".join(f"{{'k': {_key(c)}, 'v': {ident(c)}}}" for c in tag_cols) + "]"
+    sep = lit(chr(30) + secrets.token_hex(8))
+    pieces = ", ".join(f"{lit(_key_text(c) + chr(31))} || {ident(c)}" for c in tag_cols)
+    return (f"list_transform(list_filter(string_split(concat_ws({sep}, {pieces}), {sep}), lambda p: p <> ''), "
+            "lambda p: {'k': substr(p, 1, strpos(p, chr(31)) - 1), 'v': substr(p, strpos(p, chr(31)) + 1)})")
 
 
 class CurManifest(ManifestReader):

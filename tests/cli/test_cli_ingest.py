@@ -121,3 +121,58 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert first == ["make demo", "make test"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def _linked_input(tmp_path: Path) -> tuple[Path, Path, int]:
+    """An input folder holding only a symlink to a CUR parquet file outside it: (folder, target, its rows)."""
+    import duckdb
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "gpu-cur-00001.snappy.parquet"
+    target.write_bytes((PARQUET_DIR / "cur/gpu-cur/gpu-cur/year=2026/month=10/gpu-cur-00001.snappy.parquet").read_bytes())
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "gpu-cur-00001.snappy.parquet").symlink_to(target)
+    row = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{target}')").fetchone()
+    assert row is not None and row[0] > 0
+    return inp, target, int(row[0])
+
+
+def test_ingest_follow_outside_reads_a_symlink_out_of_the_named_folder(tmp_path: Path) -> None:
+    inp, target, rows = _linked_input(tmp_path)
+    link = inp / "gpu-cur-00001.snappy.parquet"
+    refused = CliRunner().invoke(main, ["ingest", str(inp), "--db", str(tmp_path / "a.duckdb")])
+    assert refused.exit_code == 2, refused.output
+    assert (f"{link}: a symlink to {target.resolve()}, outside the input path(s): skipped (--follow-outside reads it)"
+            in " ".join(refused.output.split()))
+    with billing_audit.open(tmp_path / "a.duckdb", read_only=True) as store:
+        assert store.sql("SELECT count(*) AS n FROM line_items")["n"][0] == 0
+
+    followed = CliRunner().invoke(main, ["ingest", str(inp), "--db", str(tmp_path / "b.duckdb"), "--follow-outside"])
+    assert followed.exit_code == 0, followed.output
+    assert f"1 file(s) ingested ({rows:,} lines)" in followed.output
+    with billing_audit.open(tmp_path / "b.duckdb", read_only=True) as store:
+        got = store.sql("SELECT count(*) AS n, min(x_SourceRow) AS lo, max(x_SourceRow) AS hi FROM line_items").row(0)
+        assert got == (rows, 1, rows)
+
+
+def test_audit_follow_outside_reads_a_symlink_out_of_the_named_folder(tmp_path: Path) -> None:
+    inp, target, rows = _linked_input(tmp_path)
+    refused = CliRunner().invoke(main, ["audit", str(inp), "--db", str(tmp_path / "a.duckdb"), "--out",
+                                        str(tmp_path / "ra"), "--quiet"])
+    assert refused.exit_code == 2, refused.output
+    assert "outside the input path(s): skipped (--follow-outside reads it)" in " ".join(refused.output.split())
+    followed = CliRunner().invoke(main, ["audit", str(inp), "--db", str(tmp_path / "b.duckdb"), "--out",
+                                         str(tmp_path / "rb"), "--quiet", "--follow-outside"])
+    assert followed.exit_code == 0, followed.output
+    with billing_audit.open(tmp_path / "b.duckdb", read_only=True) as store:
+        assert store.sql("SELECT count(*) AS n FROM line_items")["n"][0] == rows
+    assert json.loads((tmp_path / "rb" / "report.json").read_text())["jobs"], "the audit reports the linked lines"
+
+
+def test_follow_outside_is_documented_and_off_by_default() -> None:
+    for cmd in ("ingest", "audit"):
+        text = " ".join(CliRunner().invoke(main, [cmd, "--help"]).output.split())
+        assert "--follow-outside" in text and "symlinks pointing elsewhere and manifest keys resolving elsewhere" in text
+        assert "Off by default" in text
