@@ -34,9 +34,9 @@ from billing_audit.store import IngestReport, Progress
 
 if TYPE_CHECKING:
     from billing_audit.config import Config
-    from billing_audit.pricing import PriceLoad
-    from billing_audit.prices import PriceNeed, PricePuller
     from billing_audit.engines import EngineOptions
+    from billing_audit.prices import PriceNeed, PricePuller
+    from billing_audit.pricing import PriceLoad
     from billing_audit.report import Report
     from billing_audit.rules import Rule, RuleSet
     from billing_audit.search import SearchResult
