@@ -166,13 +166,40 @@ class Audit(Store):
         """
         return app.validate(paths)
 
-    def prices(self, *args: Any, **kwargs: Any) -> Any:
-        """The `prices` command group (issue #16): the hook calls ``app.prices(store, ...)`` once the app layer
-        has it; until then it is an error that says so."""
-        fn: Callable[..., Any] | None = getattr(app, "prices", None)
-        if fn is None:
-            raise BillingAuditError("prices: this build has no `prices` command group yet")
-        return fn(self, *args, **kwargs)
+    @property
+    def prices(self) -> Prices:
+        """The `prices` command group on this store: ``prices.ingest(paths)``, ``prices.pull(provider, **options)``,
+        ``prices.list()`` and ``prices.needs(provider)``."""
+        return Prices(self)
+
+
+class Prices:
+    """Price references of one open store (`billing-audit prices ...`), the same functions as the CLI's."""
+
+    def __init__(self, store: Audit) -> None:
+        self._store = store
+
+    def ingest(self, paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> Any:
+        """Load price-reference files or folders (`prices ingest`); returns what loading them did."""
+        self._store._writable("prices.ingest")
+        items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        return app.prices_ingest(self._store, [Path(p) for p in items])
+
+    def pull(self, provider: str, **options: Any) -> Any:
+        """Fetch what the spot lines of ``provider`` need and load it (`prices pull <provider>`)."""
+        from billing_audit import registry
+
+        self._store._writable("prices.pull")
+        puller = registry.part(provider, "prices_pull").PULLER
+        return app.prices_pull(self._store, provider, puller.Options(**options), puller=puller)
+
+    def list(self) -> Any:
+        """The references held and the coverage of the spot lines (`prices list`)."""
+        return app.prices_list(self._store)
+
+    def needs(self, provider: str | None = None) -> Any:
+        """The on-demand prices the spot lines still need."""
+        return app.prices_needs(self._store, provider)
 
 
 def open(db: str | os.PathLike[str] | None = None, *, read_only: bool = False,  # noqa: A001
@@ -187,4 +214,4 @@ def open(db: str | os.PathLike[str] | None = None, *, read_only: bool = False,  
     return Audit(db, read_only=read_only, wait=wait, on_wait=on_wait)
 
 
-__all__ = ["Audit", "open"]
+__all__ = ["Audit", "Prices", "open"]

@@ -673,13 +673,13 @@ def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message],
 
 
 # -- price references ---------------------------------------------------------------------------------------------
-def prices_ingest(db: str, paths: Sequence[str | Path], *, wait: float | None = None,
+def prices_ingest(db: str | Store, paths: Sequence[str | Path], *, wait: float | None = None,
                   on_wait: Callable[[str], None] | None = None) -> PriceLoad:
     """Load price-reference files (or folders of them) into ``db``, one transaction per file; a file that is not
     a price file is an error naming it.  The store's spot lines are priced again when it has a current tag run."""
     from billing_audit import pricing
 
-    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         load = pricing.load_files(store.con, [Path(p) for p in paths])
         if load.added or load.replaced:
             load.repriced = pricing.reprice(store.con)
@@ -694,22 +694,22 @@ class PricePull:
     load: PriceLoad | None = None  # what loading them did
 
 
-def prices_cache(db: str, provider: str) -> Path:
+def prices_cache(db: str | Store, provider: str) -> Path:
     """Where ``prices pull`` keeps what it fetched: beside the store, ``billing-audit-cache/prices/<provider>``."""
     from billing_audit.store import resolve_db
 
-    return resolve_db(db).resolve().parent / "billing-audit-cache" / "prices" / provider
+    return (db.path if isinstance(db, Store) else resolve_db(db)).resolve().parent / "billing-audit-cache" / "prices" / provider
 
 
-def prices_needs(db: str, provider: str | None = None) -> list[PriceNeed]:
+def prices_needs(db: str | Store, provider: str | None = None) -> list[PriceNeed]:
     """The on-demand prices the store's spot lines need (no usable export price, no covering reference)."""
     from billing_audit import pricing
 
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         return pricing.needs(store.con, provider)
 
 
-def prices_pull(db: str, provider: str, options: Any, *, puller: PricePuller | None = None,
+def prices_pull(db: str | Store, provider: str, options: Any, *, puller: PricePuller | None = None,
                 progress: Callable[[str], None] | None = None, wait: float | None = None,
                 on_wait: Callable[[str], None] | None = None) -> PricePull:
     """Fetch the references the store's spot lines of ``provider`` need through its ``prices_pull`` part (or
@@ -732,7 +732,7 @@ def prices_pull(db: str, provider: str, options: Any, *, puller: PricePuller | N
     dest = Path(cache) if cache else prices_cache(db, provider)
     dest.mkdir(parents=True, exist_ok=True)
     result.files = list(puller.fetch(needs, dest, options, progress))
-    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         result.load = pricing.load_files(store.con, result.files) if result.files else pricing.PriceLoad()
         if result.load.added or result.load.replaced:
             result.load.repriced = pricing.reprice(store.con)
@@ -745,11 +745,11 @@ class PriceListing:
     coverage: list[dict[str, Any]]  # per provider and currency: spot cost, priced by source, unpriced
 
 
-def prices_list(db: str) -> PriceListing:
+def prices_list(db: str | Store) -> PriceListing:
     """The references held, and how much of the store's spot cost has an on-demand price from each source."""
     from billing_audit import pricing
 
-    with billing_audit.open(db, read_only=True) as store:
+    with _opened(db) as store:
         return PriceListing(pricing.references(store.con), pricing.coverage(store.con))
 
 

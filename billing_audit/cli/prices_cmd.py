@@ -15,7 +15,14 @@ import polars as pl
 
 from billing_audit import app, registry
 from billing_audit.cli.console import echo, print_frame, say
-from billing_audit.cli.options import db_option, format_option, handle_errors, model_options, wait_option
+from billing_audit.cli.options import (
+    common_options,
+    db_option,
+    format_option,
+    handle_errors,
+    model_options,
+    wait_option,
+)
 
 
 def _print_load(load: Any) -> None:
@@ -109,11 +116,13 @@ def _build_pull(name: str) -> click.Command:
             if result.load.errors:
                 sys.exit(2)
 
-    return command
+    return common_options(command)
 
 
 class PricesPullGroup(click.Group):
     """The connectors that can pull price references, listed without importing their SDKs."""
+
+    builds_commands = True  # common_options: each subcommand gets -q and --debug when built
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(_pullers())

@@ -109,16 +109,28 @@ def test_open_gives_an_audit_store_that_is_a_store(tmp_path: Path) -> None:
     assert not (tmp_path / "none.duckdb").exists()
 
 
-def test_prices_is_a_hook_into_the_app_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """store.prices(...) is app.prices(store, ...) once the prices command group (issue #16) adds it."""
-    with billing_audit.open(tmp_path / "s.duckdb") as store:
-        monkeypatch.delattr(app, "prices", raising=False)
-        with pytest.raises(BillingAuditError, match="no `prices` command group"):
-            store.prices()
-        calls: list[tuple[object, ...]] = []
-        monkeypatch.setattr(app, "prices", lambda db, *a, **k: calls.append((db, a, k)) or "looked up", raising=False)
-        assert store.prices("lookup", sku="p4d") == "looked up"
-        assert calls == [(store, ("lookup",), {"sku": "p4d"})]
+def test_prices_gives_the_prices_command_groups_answers(tmp_path: Path) -> None:
+    """store.prices.ingest / list / needs are `prices ingest` / `prices list` / the pull's needs: the 2018 CUR with
+    the saved June 2018 offer file leaves fewer spot lines unpriced, and the API's coverage is the CLI's."""
+    db = tmp_path / "s.duckdb"
+    with billing_audit.open(db) as store:
+        store.ingest(FIXTURES / "aws" / "cur-2018-csv")
+        store.tag()
+        before = store.prices.needs("aws")
+        load = store.prices.ingest(FIXTURES / "prices" / "aws" / "AmazonEC2-20180601-us-east-1.csv")
+        assert load.added > 0 and not load.errors
+        after = store.prices.needs("aws")
+        assert len(after) < len(before)
+        listing = store.prices.list()
+        assert {r["provider"] for r in listing.references} == {"aws"}
+        api_cov = [{k: str(v) for k, v in row.items()} for row in listing.coverage]
+    cli = CliRunner().invoke(main, ["prices", "list", "--db", str(db), "--format", "json"])
+    assert cli.exit_code == 0, cli.output
+    doc = json.loads(cli.output)
+    cli_cov = [{k: str(v) for k, v in row.items()} for row in doc["coverage"]]
+    assert [r["unpriced"] for r in cli_cov] == [r["unpriced"] for r in api_cov]
+    with billing_audit.open(db, read_only=True) as reader, pytest.raises(BillingAuditError, match="read-only"):
+        reader.prices.ingest(FIXTURES / "prices" / "aws")
 
 
 def test_importing_the_package_imports_neither_the_api_nor_the_app(tmp_path: Path) -> None:
