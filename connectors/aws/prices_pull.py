@@ -62,6 +62,7 @@ BULK_URL = "https://pricing.us-east-1.amazonaws.com"
 OFFER_INDEX = "/offers/v1.0/aws/index.json"
 CHUNK = 1 << 20
 _DENIED = {"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"}
+_KIND = re.compile(r"(?:^|-)(BoxUsage|DedicatedUsage|HostUsage):")
 
 HELP = """Fetch the on-demand EC2 prices the store's spot lines need from the AWS Price List.
 
@@ -96,6 +97,9 @@ class AwsPricesOptions(BaseModel):
                            json_schema_extra={"metavar": "N"})
     max_attempts: int = Field(8, ge=1, le=20, description="Attempts per request, retries on throttling and 5xx included.",
                               json_schema_extra={"metavar": "N"})
+    max_offer_files: int = Field(12, ge=1, description="Stop before downloading more Bulk API offer files than this "
+                                                       "(one per price list version and region).",
+                                 json_schema_extra={"metavar": "N"})
     keep_offer_files: bool = Field(False, description="Keep the full Bulk API offer files downloaded (several GB per "
                                                       "region) so later pulls of the same version read them again.")
 
@@ -117,23 +121,24 @@ class Query:
         out = [("usagetype", self.usage_type), ("operation", self.operation)]
         if self.region:
             out.append(("regionCode", self.region))
-        kind = self.usage_type.split("-", 1)[-1].split(":", 1)[0]
-        tenancy = {"BoxUsage": "Shared", "DedicatedUsage": "Dedicated", "HostUsage": "Host"}.get(kind)
-        if tenancy:
-            out.append(("tenancy", tenancy))
+        if m := _KIND.search(self.usage_type):
+            out.append(("tenancy", {"BoxUsage": "Shared", "DedicatedUsage": "Dedicated", "HostUsage": "Host"}[m[1]]))
         out.append(("capacitystatus", "Used"))
         return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in out]
 
 
 def split_key(price_key: str) -> tuple[str, str]:
-    """``(usage type, operation)`` of an AWS price key (see connectors.aws.prices)."""
-    for sep in ("|", " "):
-        if sep in price_key:
-            usage, _, op = price_key.partition(sep)
-            if usage and op:
-                return usage.strip(), op.strip()
-    raise PullError(f"AWS price key {price_key!r}: expected '<usage type>|<operation>', "
-                    "e.g. 'USE1-BoxUsage:p4d.24xlarge|RunInstances'")
+    """``(usage type, operation)`` of an AWS price key ``<usage type>|<operation>`` (connectors.aws.prices), the
+    usage type as the price list writes it (US East (N. Virginia) without ``USE1-``)."""
+    usage, sep, op = price_key.partition("|")
+    if not sep or not usage.strip() or not op.strip() or "|" in op:
+        raise _fail(f"AWS price key {price_key!r}: expected '<usage type>|<operation>', "
+                    "e.g. 'BoxUsage:p4d.24xlarge|RunInstances'")
+    return canonical_usage_type(usage.strip()), op.strip()
+
+
+def canonical_usage_type(usage_type: str) -> str:
+    return usage_type[5:] if usage_type.startswith("USE1-") else usage_type
 
 
 def _safe(text: str) -> str:
@@ -244,7 +249,7 @@ def on_demand_since(price_list: Iterable[str], q: Query) -> datetime | None:
     for item in price_list:
         doc = json.loads(item) if isinstance(item, str) else item
         attrs = doc.get("product", {}).get("attributes", {})
-        if attrs.get("usagetype") != q.usage_type or attrs.get("operation") != q.operation:
+        if canonical_usage_type(str(attrs.get("usagetype"))) != q.usage_type or attrs.get("operation") != q.operation:
             continue
         for term in (doc.get("terms", {}).get("OnDemand") or {}).values():
             t = _parse_time(term.get("effectiveDate"))
@@ -448,10 +453,11 @@ def _records(f: io.BufferedReader) -> Iterator[bytes]:
         yield pending
 
 
-def filter_offer(src: Path, out: Path, wanted: set[tuple[str, str]]) -> int:
+def filter_offer(src: Path, out: Path, wanted: set[tuple[str, str]]) -> tuple[int, set[tuple[str, str]]]:
     """Write ``src``'s five metadata lines, its header and its OnDemand records whose (usageType, operation) is in
-    ``wanted`` to ``out``, byte for byte; returns the records kept."""
+    ``wanted`` to ``out``, byte for byte; returns the records kept and the pairs found."""
     kept = 0
+    found: set[tuple[str, str]] = set()
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(src, "rb") as f, open(tmp, "wb") as w:
@@ -471,11 +477,15 @@ def filter_offer(src: Path, out: Path, wanted: set[tuple[str, str]]) -> int:
                 elif n > 10:
                     raise _fail(f"{src}: no header line starting with \"SKU\" in the first 10 lines: not an offer CSV")
                 continue
-            if len(row) > max(it, iu, io_) and row[it] == "OnDemand" and (row[iu], row[io_]) in wanted:
+            if len(row) > max(it, iu, io_) and row[it] == "OnDemand" and (
+                    pair := (canonical_usage_type(row[iu]), row[io_])) in wanted:
                 w.write(rec)
                 kept += 1
+                found.add(pair)
+        if head is None:
+            raise _fail(f"{src}: no header line starting with \"SKU\": not an offer CSV")
     os.replace(tmp, out)
-    return kept
+    return kept, found
 
 
 class _Meter:
@@ -519,6 +529,10 @@ def bulk(windows: dict[Query, tuple[datetime, datetime]], dest: Path, options: A
                         f"({http.url(vurl)} starts {all_versions[0].begin:%Y-%m-%d})")
         for v in chosen:
             plan.setdefault((v, q.region), set()).add((q.usage_type, q.operation))
+    if len(plan) > options.max_offer_files:
+        raise _fail(f"the lines need {len(plan)} historical offer files (one per price list version and region, "
+                    f"each up to several GB), more than --max-offer-files {options.max_offer_files}: raise it, or pull "
+                    "a shorter period")
     raw_root = dest / "offers"
     for (v, region), wanted in sorted(plan.items(), key=lambda kv: (kv[0][1], kv[0][0].begin)):
         url = http.url(regional_url(v, region))
@@ -539,9 +553,11 @@ def bulk(windows: dict[Query, tuple[datetime, datetime]], dest: Path, options: A
             stats.bytes += obj.size - before
         digest = hashlib.sha256("\n".join(sorted(f"{u}|{o}" for u, o in wanted)).encode()).hexdigest()[:10]
         out = dest / "bulk" / f"{SERVICE}-{v.id}-{region}-{digest}.csv"
-        kept = filter_offer(raw, out, wanted)
+        kept, found = filter_offer(raw, out, wanted)
         if progress:
             progress(f"aws: {label}: {kept} on-demand record(s) of {len(wanted)} usage type(s) kept in {out.name}")
+            for u, o in sorted(wanted - found):
+                progress(f"note: aws: {label} has no on-demand price for {u} {o}")
         stats.files.append(out)
         if not options.keep_offer_files:
             raw.unlink()

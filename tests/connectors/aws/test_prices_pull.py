@@ -19,8 +19,8 @@ from connectors.aws import prices_pull
 from connectors.aws.prices_pull import PULLER, AwsPricesOptions, Version, in_force
 from connectors.pull_common import PullError
 
-P4D = "USE1-BoxUsage:p4d.24xlarge"
-G5 = "USE1-BoxUsage:g5.12xlarge"
+P4D = "BoxUsage:p4d.24xlarge"  # US East (N. Virginia): no region prefix in the price list
+G5 = "BoxUsage:g5.12xlarge"
 CURRENT = "2026-11-01T00:00:00Z"
 
 
@@ -70,7 +70,7 @@ def catalogue() -> list[dict[str, object]]:
                 reserved="19.2200000000"),
         product("P4DWIN", P4D, "RunInstances:0002", "us-east-1", "p4d.24xlarge", "35.7166000000", CURRENT,
                 os_name="Windows"),
-        product("P4DDED", "USE1-DedicatedUsage:p4d.24xlarge", "RunInstances", "us-east-1", "p4d.24xlarge",
+        product("P4DDED", "DedicatedUsage:p4d.24xlarge", "RunInstances", "us-east-1", "p4d.24xlarge",
                 "36.0500000000", CURRENT, tenancy="Dedicated"),
         product("P4DRES", P4D, "RunInstances", "us-east-1", "p4d.24xlarge", "32.7726000000", CURRENT,
                 capacity="UnusedCapacityReservation"),
@@ -99,7 +99,7 @@ def test_pages_are_followed_filters_sent_and_each_page_written_as_returned(fresh
                     {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"}]}
     assert calls[1].body == {**calls[0].body, "NextToken": "page-at-1"}
 
-    stem = "USE1-BoxUsage_p4d.24xlarge~RunInstances~us-east-1"
+    stem = "BoxUsage_p4d.24xlarge~RunInstances~us-east-1"
     assert [f.relative_to(tmp_path / "prices").as_posix() for f in files] == [
         f"query/{stem}-p001.json", f"query/{stem}-p002.json"]
     first, second = (json.loads(f.read_text()) for f in files)
@@ -121,7 +121,7 @@ def test_throttling_and_a_500_are_retried_and_counted(fresh: PricingPeer, tmp_pa
     assert [c.status for c in fresh.calls()] == [400, 500, 200, 200]
     assert [(c.body or {})["Filters"][0]["Value"] for c in fresh.calls()] == [G5, G5, G5, P4D]
     assert PULLER.last.retries == 2 and PULLER.last.requests == 4
-    assert "aws: GetProducts USE1-BoxUsage:g5.12xlarge RunInstances in us-east-1: page 1, 1 product(s), 2 retried" in lines
+    assert "aws: GetProducts BoxUsage:g5.12xlarge RunInstances in us-east-1: page 1, 1 product(s), 2 retried" in lines
     skus = [json.loads(s)["product"]["sku"] for f in files for s in json.loads(f.read_text())["PriceList"]]
     assert skus == ["G5LINUX", "P4DLINUX"]
 
@@ -132,7 +132,7 @@ def test_throttling_past_the_attempts_is_one_line(fresh: PricingPeer, tmp_path: 
     with pytest.raises(PullError) as e:
         PULLER.fetch([need(f"{P4D}|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5))],
                      tmp_path, opts(fresh, max_attempts=2), None)
-    assert str(e.value) == ("prices pull aws: GetProducts USE1-BoxUsage:p4d.24xlarge RunInstances in us-east-1: "
+    assert str(e.value) == ("prices pull aws: GetProducts BoxUsage:p4d.24xlarge RunInstances in us-east-1: "
                             "ThrottlingException: Rate exceeded")
     assert len(fresh.calls()) == 2
 
@@ -213,7 +213,7 @@ def test_the_bulk_versions_in_force_before_the_current_price_are_chosen_by_date(
         "/offers/v1.0/aws/AmazonEC2/20261012000000/us-east-1/index.csv"] * 2  # HEAD then GET each
     assert [r.method for r in fresh.gets(".csv")] == ["HEAD", "GET", "HEAD", "GET"]
     names = [f.relative_to(tmp_path).as_posix() for f in files]
-    assert names[0] == "query/USE1-BoxUsage_p4d.24xlarge~RunInstances~us-east-1-p001.json"
+    assert names[0] == "query/BoxUsage_p4d.24xlarge~RunInstances~us-east-1-p001.json"
     assert [n.rsplit("-", 1)[0] for n in names[1:]] == ["bulk/AmazonEC2-20260915000000-us-east-1",
                                                         "bulk/AmazonEC2-20261012000000-us-east-1"]
     for f, vid in zip(files[1:], ("20260915000000", "20261012000000"), strict=True):
@@ -272,7 +272,7 @@ def test_a_denied_query_api_falls_back_to_the_bulk_api_under_auto(fresh: Pricing
     files = PULLER.fetch(asked, tmp_path, opts(fresh), lines.append)
     assert [f.name.rsplit("-", 1)[0] for f in files] == ["AmazonEC2-20261101000000-us-east-1"]
     assert lines[0] == ("note: prices pull aws: access denied to the Price List Query API (GetProducts "
-                        "USE1-BoxUsage:p4d.24xlarge RunInstances in us-east-1): the credentials need pricing:GetProducts "
+                        "BoxUsage:p4d.24xlarge RunInstances in us-east-1): the credentials need pricing:GetProducts "
                         "(or pass --source bulk, which needs no credentials); reading the Bulk API instead")
     with pytest.raises(PullError) as e:
         PULLER.fetch(asked, tmp_path, opts(fresh, source="query"), None)
@@ -332,7 +332,50 @@ def test_the_query_api_region_defaults(env: dict[str, str], expected: str, monke
 
 def test_a_bad_key_names_it(fresh: PricingPeer, tmp_path: Path) -> None:
     with pytest.raises(PullError) as e:
-        PULLER.fetch([need("USE1-BoxUsage:p4d.24xlarge", datetime(2026, 11, 3), datetime(2026, 11, 5))],
+        PULLER.fetch([need("BoxUsage:p4d.24xlarge", datetime(2026, 11, 3), datetime(2026, 11, 5))],
                      tmp_path, opts(fresh), None)
-    assert "'USE1-BoxUsage:p4d.24xlarge'" in str(e.value)
+    assert str(e.value) == ("prices pull aws: AWS price key 'BoxUsage:p4d.24xlarge': expected "
+                            "'<usage type>|<operation>', e.g. 'BoxUsage:p4d.24xlarge|RunInstances'")
     assert fresh.state.log == []
+
+
+def test_too_many_offer_files_stop_before_any_download(fresh: PricingPeer, tmp_path: Path) -> None:
+    serve_bulk(fresh)
+    with pytest.raises(PullError) as e:
+        PULLER.fetch([need(f"{P4D}|RunInstances", datetime(2026, 8, 10), datetime(2026, 11, 5))], tmp_path,
+                     opts(fresh, source="bulk", max_offer_files=3), None)
+    assert str(e.value) == ("prices pull aws: the lines need 4 historical offer files (one per price list version "
+                            "and region, each up to several GB), more than --max-offer-files 3: raise it, or pull a "
+                            "shorter period")
+    assert fresh.gets(".csv") == []
+
+
+def test_a_key_missing_from_the_offer_file_is_said(fresh: PricingPeer, tmp_path: Path) -> None:
+    serve_bulk(fresh)
+    lines: list[str] = []
+    files = PULLER.fetch([need("BoxUsage:p5.48xlarge|RunInstances", datetime(2026, 10, 3), datetime(2026, 10, 5))],
+                         tmp_path, opts(fresh, source="bulk"), lines.append)
+    assert files[0].read_bytes().count(b"\n") == 6  # metadata and header only
+    assert ("note: aws: AmazonEC2 20261012000000 us-east-1 index.csv has no on-demand price for "
+            "BoxUsage:p5.48xlarge RunInstances") in lines
+
+
+def test_region_prefixes_and_instance_types_with_a_dash(fresh: PricingPeer, tmp_path: Path) -> None:
+    """A bill's ``USE1-`` prefix is not in the price list; other regions keep theirs; ``u-6tb1.metal`` has a dash."""
+    fresh.state.products = catalogue() + [
+        product("U6TB", "BoxUsage:u-6tb1.metal", "RunInstances", "us-east-1", "u-6tb1.metal", "54.6000000000", CURRENT)]
+    files = PULLER.fetch([need(f"USE1-{P4D}|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5)),
+                          need("EUC1-BoxUsage:p4d.24xlarge|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5),
+                               region="eu-central-1"),
+                          need("BoxUsage:u-6tb1.metal|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5))],
+                         tmp_path, opts(fresh), None)
+    sent = [{f["Field"]: f["Value"] for f in (c.body or {})["Filters"]} for c in fresh.calls()]
+    assert sent == [
+        {"usagetype": "EUC1-BoxUsage:p4d.24xlarge", "operation": "RunInstances", "regionCode": "eu-central-1",
+         "tenancy": "Shared", "capacitystatus": "Used"},
+        {"usagetype": P4D, "operation": "RunInstances", "regionCode": "us-east-1", "tenancy": "Shared",
+         "capacitystatus": "Used"},
+        {"usagetype": "BoxUsage:u-6tb1.metal", "operation": "RunInstances", "regionCode": "us-east-1",
+         "tenancy": "Shared", "capacitystatus": "Used"}]
+    skus = [json.loads(s)["product"]["sku"] for f in files for s in json.loads(f.read_text())["PriceList"]]
+    assert skus == ["P4DFRA", "P4DLINUX", "U6TB"]
