@@ -296,8 +296,9 @@ def query(client: Any, q: Query, dest: Path, options: AwsPricesOptions, stats: S
         token = resp.get("NextToken")
         if not token:
             break
-    for old in folder.glob(f"{q.stem}-p*.json"):  # pages an earlier, longer answer left
-        if old not in written:
+    mine = re.compile(re.escape(q.stem) + r"-p\d{3,}\.json")
+    for old in folder.iterdir():  # pages an earlier, longer answer left
+        if mine.fullmatch(old.name) and old not in written:
             old.unlink()
     stats.files += sorted(written)
     return since

@@ -154,10 +154,12 @@ def test_a_repull_overwrites_its_pages_and_drops_the_ones_a_shorter_answer_has_n
     asked = [need(f"{P4D}|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5))]
     first = PULLER.fetch(asked, tmp_path, opts(fresh), None)
     assert len(first) == 2
+    other = tmp_path / "query" / "BoxUsage_p4d.24xlarge~RunInstances~us-east-1-phl-1-p001.json"  # a local zone's
+    other.write_text("{}")
     fresh.state.page_size = 100
     again = PULLER.fetch(asked, tmp_path, opts(fresh), None)
     assert again == first[:1]
-    assert sorted(p.name for p in (tmp_path / "query").iterdir()) == [first[0].name]
+    assert sorted(p.name for p in (tmp_path / "query").iterdir()) == sorted([first[0].name, other.name])
     assert len(json.loads(again[0].read_text())["PriceList"]) == 2
 
 
