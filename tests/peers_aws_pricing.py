@@ -11,7 +11,7 @@ One HTTP server on 127.0.0.1 (free port) speaks both:
   ``x-amzn-ErrorType`` header): one ThrottlingException (400) and one InternalErrorException (500) can be
   injected, or every call denied (AccessDeniedException);
 * the **Bulk API**: ``GET`` / ``HEAD`` of the files put in ``files`` (index JSONs, offer CSVs), with ``Range``
-  (206) and injected 503s.
+  (206), injected 503s and a connection dropped part way through a body.
 
 Every request is logged (method, path, target, the JSON body, status).  The real boto3 client talks to it with
 ``endpoint_url`` and dummy credentials (:meth:`PricingPeer.client`).
@@ -51,6 +51,7 @@ class PeerState:
     deny: bool = False
     files: dict[str, bytes] = field(default_factory=dict)  # Bulk API: path -> body
     file_faults: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses for its next GETs
+    file_drops: dict[str, int] = field(default_factory=dict)  # path -> close the next GET after this many bytes
     log: list[Req] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +81,7 @@ class PricingPeer:
             self.state.faults.clear()
             self.state.files.clear()
             self.state.file_faults.clear()
+            self.state.file_drops.clear()
             self.state.log.clear()
             self.state.deny = False
             self.state.page_size = 100
@@ -192,6 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = st.files.get(path)
             faults = st.file_faults.get(path) if self.command == "GET" else None
             fault = faults.pop(0) if faults else None
+            drop = st.file_drops.pop(path, None) if self.command == "GET" else None
         if fault is not None:
             self._log(fault)
             return self._send(fault, b"<Error><Code>SlowDown</Code></Error>", "application/xml")
@@ -206,6 +209,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._log(206)
             return self._send(206, body[off:], ctype,
                               {**etag, "Content-Range": f"bytes {off}-{len(body) - 1}/{len(body)}"})
+        if drop is not None:  # the whole length announced, part of it sent, the connection closed
+            self._log(200)
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:drop])
+            self.wfile.flush()
+            self.close_connection = True
+            return None
         self._log(200)
         return self._send(200, body, ctype, etag)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -356,7 +357,7 @@ class Http:
             with self._open(url) as r:
                 try:
                     return bytes(r.read())
-                except (ConnectionError, TimeoutError, OSError) as e:
+                except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as e:
                     raise RetryableError(f"{url}: {e}") from None
 
         body = self._retrying(get)
@@ -393,7 +394,10 @@ class Http:
                 if offset and r.status != 206:
                     raise RetryableError(f"{url}: the server ignored the Range header")
                 while True:
-                    b = r.read(CHUNK)
+                    try:
+                        b = r.read(CHUNK)
+                    except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as e:
+                        raise RetryableError(f"{url}: {type(e).__name__} after part of the body") from None
                     if not b:
                         return
                     yield b

@@ -246,13 +246,15 @@ def test_bulk_only_needs_no_credentials_retries_a_503_and_keeps_the_offer_file_w
     served = serve_bulk(fresh)
     path = "/offers/v1.0/aws/AmazonEC2/20261012000000/us-east-1/index.csv"
     fresh.state.file_faults[path] = [503]
+    fresh.state.file_drops["/offers/v1.0/aws/AmazonEC2/index.json"] = 100  # the version index cut short once
     asked = [need(f"{P4D}|RunInstances", datetime(2026, 10, 3), datetime(2026, 10, 5)),
              need(f"{P4D}|RunInstances:0002", datetime(2026, 10, 4), datetime(2026, 10, 6))]
     o = opts(fresh, source="bulk", keep_offer_files=True)
     files = PULLER.fetch(asked, tmp_path, o, None)
     assert fresh.calls() == []
     assert [(r.method, r.status) for r in fresh.gets(path)] == [("HEAD", 200), ("GET", 503), ("GET", 200)]
-    assert PULLER.last.retries == 1 and PULLER.last.downloads == 1
+    assert [r.status for r in fresh.gets("/offers/v1.0/aws/AmazonEC2/index.json")] == [200, 200]
+    assert PULLER.last.retries == 2 and PULLER.last.downloads == 1
     assert len(files) == 1
     assert files[0].read_bytes() == kept_lines(served[path], ("P4DLINUX", "OnDemand", "RunInstances"),
                                                ("P4DWIN", "OnDemand", "RunInstances:0002"))
@@ -381,3 +383,28 @@ def test_region_prefixes_and_instance_types_with_a_dash(fresh: PricingPeer, tmp_
          "tenancy": "Shared", "capacitystatus": "Used"}]
     skus = [json.loads(s)["product"]["sku"] for f in files for s in json.loads(f.read_text())["PriceList"]]
     assert skus == ["P4DFRA", "P4DLINUX", "U6TB"]
+
+
+def test_a_large_offer_file_dropped_part_way_is_resumed_with_a_range(fresh: PricingPeer, tmp_path: Path) -> None:
+    serve_bulk(fresh)
+    vid, begin = "20261012000000", "2026-10-01T00:00:00Z"
+    path = f"/offers/v1.0/aws/AmazonEC2/{vid}/us-east-1/index.csv"
+    decoys = [offer_row(f"SKU{i:06d}", "OnDemand", f"BoxUsage:m{i % 97}.large", "RunInstances", "us-east-1",
+                        f"m{i % 97}.large", "0.1000000000", begin[:10]) for i in range(6000)]
+    asked = offer_row("P4DLINUX", "OnDemand", P4D, "RunInstances", "us-east-1", "p4d.24xlarge", "32.0000000000",
+                      begin[:10])
+    body = offer_csv(vid, begin, decoys[:3000] + [asked] + decoys[3000:])
+    assert len(body) > 2_000_000
+    fresh.state.files[path] = body
+    fresh.state.file_drops[path] = 700_000
+    lines: list[str] = []
+    files = PULLER.fetch([need(f"{P4D}|RunInstances", datetime(2026, 10, 3), datetime(2026, 10, 5))], tmp_path,
+                         opts(fresh, source="bulk"), lines.append)
+    assert [(r.method, r.range) for r in fresh.gets(path)] == [("HEAD", None), ("GET", None), ("GET", "bytes=700000-")]
+    assert PULLER.last.retries == 1 and PULLER.last.bytes == len(body)
+    assert files[0].read_bytes() == b"".join(body.splitlines(keepends=True)[:6]) + (
+        ",".join(f'"{c}"' if c else "" for c in asked) + "\n").encode()
+    meter = [ln for ln in lines if " MB" in ln and " of " in ln]
+    # one line per 5% or per MiB read, whichever is larger, and the last: 0.7 MB before the drop, then 1 MiB reads
+    assert meter == [f"aws: AmazonEC2 {vid} us-east-1 index.csv: {mb} of {len(body) / 1e6:,.1f} MB"
+                     for mb in (f"{(700_000 + (1 << 20)) / 1e6:,.1f}", f"{len(body) / 1e6:,.1f}")]
