@@ -51,6 +51,7 @@ from urllib.parse import urljoin
 from pydantic import BaseModel, ConfigDict, Field
 
 from billing_audit.prices import PriceNeed
+from connectors.aws.prices import canonical_usage_type
 from connectors.aws.pull import _config, boto3, bx, credentials_error, no_credentials
 from connectors.pull_common import PullError, RemoteObject, RetryableError, download, with_retries
 
@@ -103,6 +104,10 @@ class AwsPricesOptions(BaseModel):
                                  json_schema_extra={"metavar": "N"})
     keep_offer_files: bool = Field(False, description="Keep the full Bulk API offer files downloaded (several GB per "
                                                       "region) so later pulls of the same version read them again.")
+    cache: str | None = Field(None, description="Where the fetched pages and offer files go (default: "
+                                                "billing-audit-cache/prices/aws beside the store).",
+                              json_schema_extra={"path": "dir"})
+    quiet: bool = Field(False, description="No progress lines.", json_schema_extra={"flag": "-q/--quiet"})
 
 
 # -- the keys -------------------------------------------------------------------------------------------
@@ -136,10 +141,6 @@ def split_key(price_key: str) -> tuple[str, str]:
         raise _fail(f"AWS price key {price_key!r}: expected '<usage type>|<operation>', "
                     "e.g. 'BoxUsage:p4d.24xlarge|RunInstances'")
     return canonical_usage_type(usage.strip()), op.strip()
-
-
-def canonical_usage_type(usage_type: str) -> str:
-    return usage_type[5:] if usage_type.startswith("USE1-") else usage_type
 
 
 def _safe(text: str) -> str:

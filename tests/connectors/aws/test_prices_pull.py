@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,8 @@ def test_pages_are_followed_filters_sent_and_each_page_written_as_returned(fresh
                      "NextToken": "page-at-1"}
     assert second == {"FormatVersion": "aws_v1", "PriceList": [json.dumps(fresh.state.products[-1])]}
     assert [json.loads(s)["product"]["sku"] for s in first["PriceList"] + second["PriceList"]] == ["P4DLINUX", "P4DLINUX2"]
+    assert [read_back(f) for f in files] == [("aws-get-products", [(f"{P4D}|RunInstances", "us-east-1", "Hrs", "USD",
+                                                                    Decimal("32.7726"), "2026-11-01")])] * 2
     assert not fresh.gets()  # the lines are covered by the current list: no Bulk API request
     assert lines[-1] == "aws: 2 GetProducts page(s), 2 product(s), 0 offer file(s) downloaded (0 bytes), 0 retried request(s)"
 
@@ -192,6 +195,17 @@ def serve_bulk(peer: PricingPeer) -> dict[str, bytes]:
     return files
 
 
+def read_back(f: Path) -> tuple[str, list[tuple[object, ...]]]:
+    """The one connectors.aws.prices format that recognises ``f``, and the references it reads from it."""
+    from connectors.aws.prices import FORMATS
+
+    head = f.read_bytes()[:65536]
+    fmts = [x for x in FORMATS if x.sniff(f, head)]
+    assert len(fmts) == 1, (f, [x.id for x in fmts])
+    return fmts[0].id, [(r.price_key, r.region, r.unit, r.currency, r.unit_price,
+                         r.effective_from.date().isoformat() if r.effective_from else None) for r in fmts[0].read(f)]
+
+
 def kept_lines(body: bytes, *skus_terms: tuple[str, str, str]) -> bytes:
     """The metadata lines and header of an offer file, and its records of the (sku, term, operation) given."""
     lines = body.decode().splitlines(keepends=True)
@@ -223,6 +237,11 @@ def test_the_bulk_versions_in_force_before_the_current_price_are_chosen_by_date(
         assert f.read_bytes() == kept_lines(body, ("P4DLINUX", "OnDemand", "RunInstances"))
         assert f.read_bytes().count(b"\n") == 7  # 5 metadata lines, the header, the one asked record
     assert not (tmp_path / "offers").exists()  # the full downloads are not kept by default
+    # read back as `prices ingest` reads them: exactly the asked price, each from when it applied
+    assert [read_back(f) for f in files] == [
+        ("aws-get-products", [(f"{P4D}|RunInstances", "us-east-1", "Hrs", "USD", Decimal("32.7726"), "2026-11-01")]),
+        ("aws-price-list-csv", [(f"{P4D}|RunInstances", "us-east-1", "Hrs", "USD", Decimal("31.2"), "2026-09-01")]),
+        ("aws-price-list-csv", [(f"{P4D}|RunInstances", "us-east-1", "Hrs", "USD", Decimal("32.0"), "2026-10-01")])]
     assert "aws: AmazonEC2 20260915000000 us-east-1 index.csv: 1 on-demand record(s) of 1 usage type(s) kept in " \
            f"{files[1].name}" in lines
 
@@ -408,3 +427,66 @@ def test_a_large_offer_file_dropped_part_way_is_resumed_with_a_range(fresh: Pric
     # one line per 5% or per MiB read, whichever is larger, and the last: 0.7 MB before the drop, then 1 MiB reads
     assert meter == [f"aws: AmazonEC2 {vid} us-east-1 index.csv: {mb} of {len(body) / 1e6:,.1f} MB"
                      for mb in (f"{(700_000 + (1 << 20)) / 1e6:,.1f}", f"{len(body) / 1e6:,.1f}")]
+
+
+# -- end to end: the 2018 CUR's spot lines priced through `billing-audit prices pull aws` ----------------------
+def test_prices_pull_aws_prices_the_2018_spot_lines_and_a_second_pull_fetches_nothing(
+        fresh: PricingPeer, tmp_path: Path) -> None:
+    """The 2018 CUR's spot lines have a public on-demand cost of 0.  The current list (the Query API) has p3.2xlarge
+    and p3.8xlarge at prices in force since 2017 and p3.16xlarge only from 2026-11-01, so the June 2018 lines of
+    p3.16xlarge are priced from the Bulk API's June 2018 version (the fixture offer file, 24.48 an hour; the May and
+    July versions are not fetched: the peer does not even serve them)."""
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+    from support import FIXTURES
+
+    db = str(tmp_path / "s.duckdb")
+    run = CliRunner()
+    assert run.invoke(main, ["ingest", str(FIXTURES / "aws/cur-2018-csv"), "--db", db, "-q"]).exit_code == 0
+    assert run.invoke(main, ["tag", "--db", db, "-q"]).exit_code == 0
+    since_2017 = "2017-10-26T00:00:00Z"
+    fresh.state.products = [
+        product("P32X", "BoxUsage:p3.2xlarge", "RunInstances", "us-east-1", "p3.2xlarge", "3.0600000000", since_2017),
+        product("P38X", "BoxUsage:p3.8xlarge", "RunInstances", "us-east-1", "p3.8xlarge", "12.2400000000", since_2017),
+        # a later price (hypothetical), in force from 2026-11-01 only: never the June 2018 lines'
+        product("P316X", "BoxUsage:p3.16xlarge", "RunInstances", "us-east-1", "p3.16xlarge", "26.1200000000", CURRENT),
+        product("P316XW", "BoxUsage:p3.16xlarge", "RunInstances:0002", "us-east-1", "p3.16xlarge", "27.4240000000",
+                CURRENT, os_name="Windows")]
+    fresh.state.files.update(bulk_indexes([("20180501000000", "2018-05-01T00:00:00Z", "2018-06-01T00:00:00Z"),
+                                           ("20180601000000", "2018-06-01T00:00:00Z", "2018-07-01T00:00:00Z"),
+                                           ("20180701000000", "2018-07-01T00:00:00Z", "2026-11-01T00:00:00Z"),
+                                           ("20261101000000", "2026-11-01T00:00:00Z", "")], ["us-east-1"]))
+    offer = FIXTURES / "prices/aws/AmazonEC2-20180601-us-east-1.csv"  # written by fixtures/gen_aws_prices.py
+    fresh.state.files["/offers/v1.0/aws/AmazonEC2/20180601000000/us-east-1/index.csv"] = offer.read_bytes()
+    flags = ["prices", "pull", "aws", "--db", db, "--endpoint-url", fresh.url, "--bulk-url", fresh.url]
+    r = run.invoke(main, flags)
+    assert r.exit_code == 0, r.output
+    assert [(c.body or {})["Filters"][0]["Value"] for c in fresh.calls()] == [
+        "BoxUsage:p3.16xlarge", "BoxUsage:p3.2xlarge", "BoxUsage:p3.8xlarge"]
+    assert [(g.method, g.path) for g in fresh.gets(".csv")] == [
+        ("HEAD", "/offers/v1.0/aws/AmazonEC2/20180601000000/us-east-1/index.csv"),
+        ("GET", "/offers/v1.0/aws/AmazonEC2/20180601000000/us-east-1/index.csv")]
+
+    import duckdb
+
+    with duckdb.connect(db, read_only=True) as con:
+        got = con.execute("""SELECT l.x_UsageType, l.ChargePeriodStart, o.od_source, o.od_unit_price, o.od_cost
+            FROM spot_od o JOIN line_items l USING (x_LineItemId) ORDER BY l.x_SourceRow""").fetchall()
+    D = Decimal
+    assert [(u, t.isoformat(), s, p, c) for u, t, s, p, c in got] == [
+        # quantity x the price in force: 1 h, 1 h, 0.5 h of p3.16xlarge at the June 2018 list's 24.48
+        ("USE1-SpotUsage:p3.16xlarge", "2018-06-12T03:00:00", "reference", D("24.48"), D("24.48")),
+        ("USE1-SpotUsage:p3.16xlarge", "2018-06-12T04:00:00", "reference", D("24.48"), D("24.48")),
+        ("USE1-SpotUsage:p3.16xlarge", "2018-06-12T05:00:00", "reference", D("24.48"), D("12.24")),
+        # the current list's prices in force since 2017 (the p3.2xlarge reference replaces the bill's 3.06)
+        ("USE1-SpotUsage:p3.2xlarge", "2018-06-13T05:00:00", "reference", D("3.06"), D("3.06")),
+        ("USE1-SpotUsage:p3.2xlarge", "2018-06-13T06:00:00", "reference", D("3.06"), D("3.06")),
+        ("USE1-SpotUsage:p3.8xlarge", "2018-06-13T07:00:00", "reference", D("12.24"), D("12.24")),
+        ("USE1-SpotUsage:p3.8xlarge", "2018-06-14T01:00:00", "reference", D("12.24"), D("12.24"))]
+
+    fresh.state.log.clear()
+    again = run.invoke(main, flags)
+    assert again.exit_code == 0, again.output
+    assert "nothing to pull: every aws spot line has an on-demand price from the export or a reference" in again.output
+    assert fresh.state.log == []
