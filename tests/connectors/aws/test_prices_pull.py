@@ -460,6 +460,13 @@ def test_prices_pull_aws_prices_the_2018_spot_lines_and_a_second_pull_fetches_no
     offer = FIXTURES / "prices/aws/AmazonEC2-20180601-us-east-1.csv"  # written by fixtures/gen_aws_prices.py
     fresh.state.files["/offers/v1.0/aws/AmazonEC2/20180601000000/us-east-1/index.csv"] = offer.read_bytes()
     flags = ["prices", "pull", "aws", "--db", db, "--endpoint-url", fresh.url, "--bulk-url", fresh.url]
+    nokeys = run.invoke(main, flags, env={"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None})
+    assert nokeys.exit_code == 2 and "Traceback" not in nokeys.output
+    assert nokeys.output.splitlines() == [
+        "error: prices pull aws: no AWS credentials found: set AWS_PROFILE or --profile, AWS_ACCESS_KEY_ID/"
+        "AWS_SECRET_ACCESS_KEY, run `aws sso login`, or run where an instance/container role is attached "
+        "(or pass --source bulk, which needs none)"]
+    assert fresh.state.log == []
     r = run.invoke(main, flags)
     assert r.exit_code == 0, r.output
     assert [(c.body or {})["Filters"][0]["Value"] for c in fresh.calls()] == [
