@@ -464,12 +464,17 @@ def filter_offer(src: Path, out: Path, wanted: set[tuple[str, str]]) -> tuple[in
     ``wanted`` to ``out``, byte for byte; returns the records kept and the pairs found."""
     kept = 0
     found: set[tuple[str, str]] = set()
+    # a record can only match when it holds an asked usage type: skip the others without parsing them
+    # (a multi-GB file: about ten times faster); what the search finds is then parsed and compared exactly
+    maybe = re.compile(b"|".join(re.escape(u.encode()) for u in sorted({u for u, _ in wanted})) or b"(?!)")
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(src, "rb") as f, open(tmp, "wb") as w:
         recs = _records(f)
         head: list[str] | None = None
         for n, rec in enumerate(recs, 1):
+            if head is not None and not maybe.search(rec):
+                continue
             row = next(csv.reader([rec.decode("utf-8-sig")]), [])
             if head is None:
                 w.write(rec)
