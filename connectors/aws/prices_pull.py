@@ -533,7 +533,10 @@ def bulk(windows: dict[Query, tuple[datetime, datetime]], dest: Path, options: A
     plan: dict[tuple[Version, str], set[tuple[str, str]]] = {}
     for q, (first, last) in windows.items():
         if not q.region:
-            raise _fail(f"{q.usage_type} {q.operation}: no region, so no regional offer file to read")
+            if progress:
+                progress(f"note: aws: {q.usage_type} {q.operation} has lines without a region: no regional offer "
+                         "file to read them from, they stay unpriced")
+            continue
         chosen = in_force(all_versions, first, last)
         if not chosen:
             raise _fail(f"no {SERVICE} price list version was in force between {first:%Y-%m-%d} and {last:%Y-%m-%d} "

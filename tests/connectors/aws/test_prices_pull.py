@@ -54,7 +54,7 @@ def fresh(peer: PricingPeer) -> PricingPeer:
     return peer
 
 
-def need(key: str, first: datetime, last: datetime, region: str = "us-east-1", currency: str = "USD") -> PriceNeed:
+def need(key: str, first: datetime, last: datetime, region: str | None = "us-east-1", currency: str = "USD") -> PriceNeed:
     return PriceNeed("AWS", key, region, "Hrs", currency, first, last, lines=3)
 
 
@@ -497,3 +497,14 @@ def test_prices_pull_aws_prices_the_2018_spot_lines_and_a_second_pull_fetches_no
     assert again.exit_code == 0, again.output
     assert "nothing to pull: every aws spot line has an on-demand price from the export or a reference" in again.output
     assert fresh.state.log == []
+
+
+def test_lines_without_a_region_are_said_not_fetched_from_the_bulk_api(fresh: PricingPeer, tmp_path: Path) -> None:
+    serve_bulk(fresh)
+    lines: list[str] = []
+    files = PULLER.fetch([need(f"{P4D}|RunInstances", datetime(2026, 10, 3), datetime(2026, 10, 5), region=None),
+                          need(f"{P4D}|RunInstances", datetime(2026, 10, 3), datetime(2026, 10, 5))],
+                         tmp_path, opts(fresh, source="bulk"), lines.append)
+    assert [f.name.rsplit("-", 1)[0] for f in files] == ["AmazonEC2-20261012000000-us-east-1"]
+    assert ("note: aws: BoxUsage:p4d.24xlarge RunInstances has lines without a region: no regional offer file to "
+            "read them from, they stay unpriced") in lines
