@@ -508,3 +508,11 @@ def test_lines_without_a_region_are_said_not_fetched_from_the_bulk_api(fresh: Pr
     assert [f.name.rsplit("-", 1)[0] for f in files] == ["AmazonEC2-20261012000000-us-east-1"]
     assert ("note: aws: BoxUsage:p4d.24xlarge RunInstances has lines without a region: no regional offer file to "
             "read them from, they stay unpriced") in lines
+
+
+def test_a_currency_the_price_list_has_not_is_said(fresh: PricingPeer, tmp_path: Path) -> None:
+    fresh.state.products = catalogue()
+    lines: list[str] = []
+    PULLER.fetch([need(f"{P4D}|RunInstances", datetime(2026, 11, 3), datetime(2026, 11, 5), currency="EUR")],
+                 tmp_path, opts(fresh), lines.append)
+    assert lines[0] == "note: aws: the AWS Price List is in USD (CNY in China): the EUR needs stay unpriced"
