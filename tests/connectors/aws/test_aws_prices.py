@@ -169,7 +169,7 @@ def test_savings_and_erosion_fully_partly_and_not_priced(priced: Path) -> None:
     assert usd["savings_coverage_pct"] == pytest.approx(20.196 / 27.54 * 100)
     assert usd["savings_eroded_pct"] == pytest.approx((2.448 + 0.772) / 47.124 * 100)  # bert's 0 is not counted
     assert rep.warnings == ["savings measured for 73% of USD spot cost; 27% unpriced: run "
-                            "`billing-audit prices ingest FILE` (aws)"]
+                            "`billing-audit prices pull aws`"]  # connectors/aws/prices_pull.py is installed
 
 
 def test_the_bill_prices_a_cpu_spot_hour_the_way_a_2018_cur_allows(tmp_path: Path) -> None:
