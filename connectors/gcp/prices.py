@@ -146,9 +146,12 @@ def export_od_sql() -> str:
 
 
 def is_on_demand_sql() -> str:
-    """A line of a non-spot SKU bought on demand: standard pricing, no committed use discount, default consumption."""
+    """A line of a non-spot SKU bought on demand at its price: standard pricing, no committed use discount, the
+    default consumption model, and no credit at all (the bill's fallback price is the line's cost over its
+    quantity, so a sustained-use, committed-use or promotional credit would make it no on-demand price)."""
     return ("(l.ChargeCategory = 'Usage' AND coalesce(l.PricingCategory, 'Standard') = 'Standard' "
             "AND l.CommitmentDiscountCategory IS NULL AND coalesce(l.x_PricingModel, 'OnDemand') = 'OnDemand' "
+            "AND coalesce(l.ContractedCost, l.EffectiveCost) = l.EffectiveCost "
             f"AND {_DESC} IS NOT NULL AND NOT regexp_matches({_DESC}, '\\b(spot|preemptible)\\b', 'i'))")
 
 

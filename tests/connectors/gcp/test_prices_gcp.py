@@ -333,12 +333,11 @@ def test_keys_match_the_references_of_the_fixture_price_files(tmp_path: Path) ->
     assert by_sku["SSD backed Local Storage attached to Spot Preemptible VMs in EMEA"] == {
         ("europe-west4", "gibibyte month", "EUR", d("0.00959"), False, ())}
     assert by_sku["Spot Preemptible TPU v5e chip running in Americas"] == {("us-west4", "hour", "USD", d(8), False, ())}
-    # on demand: the A100 and cores with sustained-use and promotion credits; not the CUD-covered cores
+    # bought on demand at its price: the A100; not the cores with sustained-use and promotion credits, nor the
+    # CUD-covered ones (their cost over their quantity is no on-demand price)
     assert by_sku["Nvidia Tesla A100 GPU running in Americas"] == {
         ("us-central1", "hour", "USD", d(1), True, (d("2.933908"),))}
-    assert by_sku["A2 Instance Core running in Americas"] == {
-        ("us-central1", "hour", "USD", d(96), True, (d("0.031611"),)),
-        ("us-central1", "hour", "USD", d(96), False, (d("0.031611"),))}
+    assert by_sku["A2 Instance Core running in Americas"] == {("us-central1", "hour", "USD", d(96), False, (d("0.031611"),))}
     assert by_sku["A3 Instance Core running in EMEA"] == {
         ("europe-west4", "hour", "EUR", d(208), False, (d("0.0182692"),))}  # flexible CUD consumption model
     # the global egress SKU prices the us-central1 line
