@@ -142,7 +142,7 @@ WHERE l.ChargeCategory = 'Usage'
 
 def export_od_sql() -> str:
     """GCP exports never carry a spot line's on-demand cost: ``cost_at_list`` of a spot SKU is its spot list price."""
-    return "CAST(NULL AS DECIMAL(38,12))"
+    return "NULL"  # portable: the warehouse engines (BigQuery, Athena, Spark) run it too
 
 
 def is_on_demand_sql() -> str:
