@@ -108,7 +108,7 @@ def test_audit_engine_spark_prints_the_same_report(tmp_path: Path, monkeypatch: 
     assert b.exit_code == 0, b.output
     assert "alpha" in a.stdout and "alpha" in b.stdout
     # the same report, but for the spot savings: an engine measures them with the export's own on-demand prices
-    # only, while the local store also has the price references (fixtures/gcp/prices, ...) and the bill's
+    # only, while the local store also has the price references (fixtures/prices/gcp, ...) and the bill's
     # on-demand lines; where the engine cannot measure it says n/a, and where it can it agrees
     local, remote = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("local", "spark"))
     assert remote["jobs"]

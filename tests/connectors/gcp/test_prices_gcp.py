@@ -1,6 +1,6 @@
 """GCP price references: the two price-file formats, their errors, and the line keys over a real store.
 
-The price fixtures are ``fixtures/gcp/prices/`` (``fixtures/gen_gcp_prices.py``): a pricing export NDJSON of the
+The price fixtures are ``fixtures/prices/gcp/`` (``fixtures/gen_gcp_prices.py``): a pricing export NDJSON of the
 USD account of ``gcp/standard-ndjson`` and two Catalog API pages in EUR for ``gcp/resource-parquet``.
 """
 
@@ -22,7 +22,7 @@ from billing_audit.prices import COLUMNS, PriceRef
 from connectors.gcp import prices
 from support import FIXTURES
 
-PRICES = FIXTURES / "gcp" / "prices"
+PRICES = FIXTURES / "prices" / "gcp"
 EXPORT = PRICES / "pricing-export" / "cloud_pricing_export-000000000000.json"
 PAGE1 = PRICES / "catalog" / "skus-page-0001.json"
 PAGE2 = PRICES / "catalog" / "skus-page-0002.json"

@@ -30,7 +30,7 @@ from support import FIXTURES
 
 PROJECT = "billing-proj"
 TABLE = f"{PROJECT}.billing_export.cloud_pricing_export"
-PRICES = FIXTURES / "gcp" / "prices"
+PRICES = FIXTURES / "prices" / "gcp"
 EXPORT = PRICES / "pricing-export" / "cloud_pricing_export-000000000000.json"
 PAGES = sorted((PRICES / "catalog").glob("skus-page-*.json"))
 NOW = datetime(2026, 11, 20, tzinfo=UTC)

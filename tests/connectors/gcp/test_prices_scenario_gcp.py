@@ -49,7 +49,7 @@ from support import FIXTURES
 
 STANDARD = FIXTURES / "gcp" / "standard-ndjson"
 RESOURCE = FIXTURES / "gcp" / "resource-parquet"
-PRICES = FIXTURES / "gcp" / "prices"
+PRICES = FIXTURES / "prices" / "gcp"
 D = Decimal
 
 
