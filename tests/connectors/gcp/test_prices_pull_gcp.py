@@ -252,3 +252,40 @@ def test_catalog_refusals_and_persistent_failures_are_clear(catalog: FakeCatalog
         pp.pull_catalog(EU_NEEDS, tmp_path, endpoint=catalog.url, http=http)
     assert http.retries == pp.RETRY_ATTEMPTS
     assert list(tmp_path.rglob("*.json")) == []
+
+
+# -- `billing-audit prices pull gcp` on a store ------------------------------------------------------------------
+
+
+def test_prices_pull_gcp_command_prices_the_spot_lines_then_needs_nothing(catalog: FakeCatalog, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The EUR store (gcp/resource-parquet): its spot H100 (2 lines), A3 cores (2) and A100 (1) need the EMEA
+    on-demand prices; the Catalog pages have them.  A second pull needs, asks and fetches nothing."""
+    from click.testing import CliRunner
+
+    import billing_audit
+    from billing_audit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "s.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([FIXTURES / "gcp" / "resource-parquet"]).errors
+        store.tag()
+    args = ["prices", "pull", "gcp", "--db", str(db), "--endpoint", catalog.url, "--api-key", "AIza-test-key",
+            "--page-size", "2"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "3 on-demand price(s) needed by 5 spot line(s); 3 file(s) fetched" in r.output
+    assert "AIza" not in r.output
+    with billing_audit.open(db, read_only=True) as store:
+        got = store.con.execute("""SELECT l.x_UsageType, o.od_source, sum(o.od_cost) FROM spot_od o
+            JOIN line_items l USING (x_LineItemId) GROUP BY ALL ORDER BY 1""").fetchall()
+    assert got == [
+        ("Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in EMEA", "reference", Decimal("163.6852")),
+        ("Spot Preemptible A3 Instance Core running in EMEA", "reference", Decimal("7.5999872")),
+        ("Spot Preemptible Nvidia Tesla A100 GPU running in EMEA", "reference", Decimal("3.4105")),
+    ]
+    asked = len(catalog.log)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert "nothing to pull" in again.output and len(catalog.log) == asked
