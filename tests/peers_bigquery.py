@@ -81,6 +81,36 @@ STANDARD_SCHEMA: list[dict[str, Any]] = [
     _f("consumption_model", "RECORD", fields=[_f("id", "STRING"), _f("description", "STRING")]),
 ]
 
+_TIER = [_f("pricing_unit_quantity", "FLOAT"), _f("start_usage_amount", "FLOAT"), _f("usd_amount", "NUMERIC"),
+         _f("account_currency_amount", "NUMERIC")]
+_PRICE = [_f("pricing_unit_quantity", "FLOAT"),
+          _f("aggregation_info", "RECORD", fields=[_f("aggregation_level", "STRING"), _f("aggregation_interval", "STRING")]),
+          _f("tiered_rates", "RECORD", "REPEATED", _TIER)]
+
+# The Cloud Billing pricing export table cloud_pricing_export
+# (https://cloud.google.com/billing/docs/how-to/export-data-bigquery-tables/pricing-data).
+PRICING_SCHEMA: list[dict[str, Any]] = [
+    _f("export_time", "TIMESTAMP"),
+    _f("pricing_as_of_time", "TIMESTAMP"),
+    _f("billing_account_id", "STRING"),
+    _f("billing_account_name", "STRING"),
+    _f("business_entity_name", "STRING"),
+    _f("service", "RECORD", fields=[_f("id", "STRING"), _f("description", "STRING")]),
+    _f("sku", "RECORD", fields=[_f("id", "STRING"), _f("description", "STRING"),
+                                _f("destination_migration_mappings", "STRING", "REPEATED")]),
+    _f("product_taxonomy", "STRING", "REPEATED"),
+    _f("geo_taxonomy", "RECORD", fields=[_f("type", "STRING"), _f("regions", "STRING", "REPEATED")]),
+    _f("pricing_unit", "STRING"),
+    _f("pricing_unit_description", "STRING"),
+    _f("account_currency_code", "STRING"),
+    _f("currency_conversion_rate", "FLOAT"),
+    _f("list_price", "RECORD", fields=_PRICE),
+    _f("billing_account_price", "RECORD", fields=_PRICE),
+    _f("price_info", "RECORD", fields=[_f("price_reason", "STRING"), _f("discount_percent", "FLOAT"),
+                                       _f("discount_percent_fixed_discount", "FLOAT"),
+                                       _f("discount_migrated_from", "STRING")]),
+]
+
 _FOCUS_NUMERIC = {"BilledCost", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "ListCost", "ListUnitPrice"}
 _FOCUS_FLOAT = {"ConsumedQuantity", "PricingQuantity"}
 _FOCUS_TIME = {"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"}

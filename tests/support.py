@@ -118,3 +118,15 @@ def dump_line_items(con: Any) -> str:
             rec[n] = _plain(v)
         out.append(json.dumps(rec, sort_keys=False, ensure_ascii=False))
     return "\n".join(out) + "\n"
+
+
+# What a warehouse engine (BigQuery, Athena, Spark) cannot measure the way the local store does: it has the export's
+# own on-demand prices only, not the price references nor the bill's on-demand lines (billing_audit/pricing.py).
+SAVINGS_KEYS = ("on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "savings_eroded_pct",
+                "recommendation", "reasons", "spot_unpriced_cost", "spot_cost_priced", "priced_spot_lines",
+                "savings_coverage_pct")
+
+
+def without_savings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Report rows (jobs, teams or totals) without the spot-savings measures and what depends on them."""
+    return [{k: v for k, v in r.items() if k not in SAVINGS_KEYS} for r in rows]

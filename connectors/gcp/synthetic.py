@@ -1,7 +1,8 @@
 """Synthetic GCP detailed (resource-level) BigQuery billing export at scale, extracted as parquet: nested
 ``service``/``sku``/``project``/``location``/``usage``/``price`` structs and ``labels``/``credits`` lists,
 ``<out>/gcp_billing_export_resource_v1_<ACCT>/invoice_month=202610/<table>-00000000000N.parquet``.
-Restart fees read "preemption overhead".
+Restart fees read "preemption overhead".  Spot SKUs carry their own (spot) list price in ``cost_at_list``, as
+real exports do: what they would have cost on demand is for the price references.
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ NETWORKING = {"id": "E505-1604-58F8", "description": "Networking"}
 INVOICE = {"id": "2062-016F-44A2", "description": "Invoice"}
 GCP_REGIONS = [("us-central1", "US", "Americas"), ("us-east4", "US", "Americas"), ("europe-west4", "NL", "EMEA"),
                ("asia-southeast1", "SG", "APAC"), ("us-west4", "US", "Americas")]
-# GPU SKU family: (spot description, on-demand description, spot $/h, list $/h)
+# GPU SKU family: (spot description, on-demand description, spot $/h, on-demand $/h).  Spot capacity is billed
+# as its own SKUs: a spot line's cost_at_list (and price.list_price) is the *spot* SKU's list price, so the
+# export's cost_at_list equals cost when there are no credits; the on-demand price is the counterpart SKU's, in
+# the price lists (connectors/gcp/prices.py), never in the export.
 GCP_GPU = [
     ("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in {r}", "Nvidia Tesla A100 GPU running in {r}", 1.1014, 2.9387),
     ("Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in {r}", "Nvidia H100 80GB GPU running in {r}", 2.2535, 11.0612),
@@ -139,13 +143,13 @@ def _gcp_pools(rng: random.Random) -> list[Pool]:
             res = {"name": node, "global_name": f"//tpu.googleapis.com/projects/{proj['id']}/locations/{zone}/nodes/{node}"}
             spot.append(base(
                 service=TPU, sku=_sku_id(rng, skus, f"Spot Preemptible {name} chip running in {reg[2]}"), project=proj,
-                labels=labels, location=loc(reg, zone), resource=res, rate=sp, od_rate=lp, partial_permille=120,
+                labels=labels, location=loc(reg, zone), resource=res, rate=sp, od_rate=sp, partial_permille=120,
                 amt_model=UNIFORM, amt_lo=1.0, amt_hi=8.0, amt_digits=0,
             ))
             if k % 10 == 4:
                 fees.append(base(
                     service=TPU, sku=_sku_id(rng, skus, f"Spot Preemptible {name} chip preemption overhead running in {reg[2]}"),
-                    project=proj, labels=labels, location=loc(reg, zone), resource=res, rate=fee, od_rate=fee * 2.5,
+                    project=proj, labels=labels, location=loc(reg, zone), resource=res, rate=fee, od_rate=fee,
                     amt_model=UNIFORM, amt_lo=0.01, amt_hi=0.5, amt_digits=4,
                 ))
             continue
@@ -156,7 +160,7 @@ def _gcp_pools(rng: random.Random) -> list[Pool]:
         spot.append(base(
             service=COMPUTE, sku=_sku_id(rng, skus, spot_desc.format(r=reg[2])), project=proj, labels=labels,
             system_labels=kv(**{"compute.googleapis.com/machine_spec": rng.choice(["a2-highgpu-8g", "a3-highgpu-8g", "g2-standard-48"])}),
-            location=loc(reg, zone), resource=res, rate=sp, od_rate=lp, partial_permille=120,
+            location=loc(reg, zone), resource=res, rate=sp, od_rate=sp, partial_permille=120,
             amt_model=UNIFORM, amt_lo=1.0, amt_hi=96.0, amt_digits=0,
         ))
     for k in range(1500):

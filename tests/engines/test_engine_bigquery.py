@@ -24,7 +24,7 @@ from billing_audit.rules import load_rules
 from connectors.gcp import bigquery as ebq
 from connectors.gcp import pull as gp
 from peers_bigquery import STANDARD_SCHEMA, FakeBigQuery, FakeTable, ndjson_rows
-from support import FIXTURES, GOLDEN
+from support import FIXTURES, GOLDEN, without_savings
 
 PROJECT = "billing-proj"
 DATASET = "billing_export"
@@ -246,8 +246,13 @@ def test_report_engine_bigquery_on_the_command_line(adc: FakeBigQuery, tmp_path:
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
-    assert got["jobs"] == json.loads(json.dumps(want["jobs"], default=str)) and got["jobs"]
-    assert got["totals"] == json.loads(json.dumps(want["totals"], default=str))
+    # the same report, except the GCP spot savings the warehouse cannot measure (no price references nor bill
+    # fallback there; the local report prices the A100 spot lines from the bill's on-demand A100): n/a, never 0
+    want = json.loads(json.dumps(want, default=str))
+    assert without_savings(got["jobs"]) == without_savings(want["jobs"]) and got["jobs"]
+    assert without_savings(got["totals"]) == without_savings(want["totals"])
+    assert all(j["gross_spot_savings"] is None for j in got["jobs"])
+    assert any(j["gross_spot_savings"] for j in want["jobs"] if j["provider"] == "gcp")
     real = adc.queries(dry_run=False)
     assert len(real) == 1 and "invoice_month" in json.dumps(real[0])
     import duckdb

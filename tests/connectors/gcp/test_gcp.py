@@ -169,7 +169,9 @@ def test_list_cost_and_period_from_invoice_month(db: Path) -> None:
                 store, "SELECT BillingAccountId, BillingPeriodStart, BillingPeriodEnd, BillingCurrency FROM line_items"
             )
         )
-    assert spot == [(Decimal("29.38712"), "cost_at_list", Decimal("8.81104"))]
+    # spot capacity is its own SKU: cost_at_list is the spot SKU's list price, 8 h x 1.10138 = the cost (no credits);
+    # the on-demand equivalent is for the price references (tests/connectors/gcp/test_prices_gcp.py)
+    assert spot == [(Decimal("8.81104"), "cost_at_list", Decimal("8.81104"))]
     assert tax == [(Decimal("21.73"), "cost (no cost_at_list in export)")]
     assert periods == {
         ("01ABCD-23EF45-678901", datetime(2026, 10, 1), datetime(2026, 11, 1), "USD"),
@@ -207,7 +209,7 @@ def test_resource_columns_from_the_detailed_export(db: Path) -> None:
             "a3-spot-trainer-0",
             "//compute.googleapis.com/projects/eu-vision-train/zones/europe-west4-a/instances/5104817735602931001",
             "Instance",
-            Decimal("10.230325"),
+            Decimal("2.13535"),  # price.list_price of a spot SKU: the spot list price
             Decimal("2.13535"),
         )
     ]
