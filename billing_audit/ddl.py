@@ -9,7 +9,7 @@ statement is idempotent (``IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS`` for sto
 
 from __future__ import annotations
 
-from billing_audit import schema
+from billing_audit import prices, schema
 from billing_audit.rules import CATEGORIES
 
 LINE_ITEMS = schema.create_line_items_sql()
@@ -60,6 +60,29 @@ BOOKKEEPING = [
     "ALTER TABLE file_stats ADD COLUMN IF NOT EXISTS ctime_ns BIGINT",
 ]
 
+# Price references (billing_audit.prices: the columns and their meaning) and each spot line's on-demand
+# equivalent with its provenance (billing_audit.pricing fills it at tag time; ListCost stays the export's).
+PRICE_TABLES = [
+    "CREATE TABLE IF NOT EXISTS price_references ("
+    + ", ".join(f"{name} {typ}" for name, typ, _ in prices.COLUMNS) + ")",
+    """CREATE TABLE IF NOT EXISTS spot_od (
+        x_LineItemId VARCHAR NOT NULL,
+        x_Provider VARCHAR,
+        od_cost DECIMAL(38,12),
+        od_source VARCHAR,
+        od_unit_price DECIMAL(38,12),
+        price_key VARCHAR,
+        region VARCHAR,
+        unit VARCHAR,
+        currency VARCHAR,
+        quantity DECIMAL(38,12),
+        price_ref VARCHAR,
+        price_kind VARCHAR,
+        price_as_of TIMESTAMP,
+        reason VARCHAR,
+        run_id BIGINT)""",
+]
+
 RULE_TABLES = [
     """CREATE TABLE IF NOT EXISTS rule_hits (
         x_LineItemId VARCHAR NOT NULL,
@@ -92,4 +115,5 @@ CREATE TABLE IF NOT EXISTS engine_runs (run_id BIGINT, engine VARCHAR, source VA
   basis VARCHAR, config_key VARCHAR, started_at TIMESTAMP, bytes_processed BIGINT, sql VARCHAR);
 CREATE TABLE IF NOT EXISTS engine_results (run_id BIGINT, {cols});
 ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12);
+ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12);
 """

@@ -215,10 +215,13 @@ def input_roots(paths: list[Path]) -> tuple[Path, ...]:
 
 
 def group(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside: bool = False,
+          set_aside: Callable[[Path], bool] | None = None, aside: list[Path] | None = None,
           ) -> tuple[list[Delivery], list[InputError]]:
     """Deliveries found under the paths, oldest first (see :func:`walk` for ``unpack`` and ``follow_outside``).
 
-    A manifest key resolving outside the input paths makes its delivery an error naming the key."""
+    A manifest key resolving outside the input paths makes its delivery an error naming the key.  A data file
+    no manifest claims for which ``set_aside(file)`` is true (a price file, recognised from its content) is in
+    no delivery: it is appended to ``aside`` for the caller."""
     unpacked: list[Path] = []
     data, manifests, errors = walk(paths, unpack=unpack, follow_outside=follow_outside, unpacked=unpacked)
     roots = None if follow_outside else input_roots(paths) + tuple(unpacked)
@@ -266,8 +269,13 @@ def group(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside:
     # delivery per folder.
     by_dir: dict[Path, list[Path]] = {}
     for f in data:
-        if f not in claimed:
-            by_dir.setdefault(f.parent, []).append(f)
+        if f in claimed:
+            continue
+        if set_aside is not None and set_aside(f):
+            if aside is not None:
+                aside.append(f)
+            continue
+        by_dir.setdefault(f.parent, []).append(f)
     layouts = fm.layout_readers()
     for folder, files in by_dir.items():
         rest = list(files)

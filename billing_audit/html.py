@@ -30,7 +30,7 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 
 import billing_audit
-from billing_audit.inert import clean, json_inert
+from billing_audit.inert import NOT_MEASURED, clean, json_inert
 from billing_audit.report import MONEY_FIELDS, Report
 from billing_audit.rollup import UNATTRIBUTED
 
@@ -190,6 +190,8 @@ def eroded_pct(overhead: Any, gross: Any) -> float | None:
 
 def _cell(field: str, value: Any, row: dict[str, Any]) -> str:
     est = " est" if field in ESTIMATE_FIELDS else ""
+    if value is None and field in NOT_MEASURED:  # spot savings without an on-demand price: not measured
+        return f'<td class="num na" data-field="{field}">n/a</td>'
     if field in MONEY:
         neg = " neg" if value is not None and _dec(value) < 0 else ""
         return f'<td class="num{est}{neg}" data-field="{field}">{_e(fmt_money(value, row.get("currency")))}</td>'
@@ -348,7 +350,9 @@ def _daily_figure(days: list[dict[str, Any]], currency: str) -> go.Figure:
 
 
 def _savings_figure(jobs: list[dict[str, Any]], currency: str) -> go.Figure:
-    rows = [r for r in jobs if _f(r.get("spot_compute_cost")) != 0 or _f(r.get("gross_spot_savings")) != 0]
+    # only jobs whose savings are measured: a job without an on-demand price is n/a, never drawn as a loss
+    rows = [r for r in jobs if r.get("gross_spot_savings") is not None
+            and (_f(r.get("spot_compute_cost")) != 0 or _f(r.get("gross_spot_savings")) != 0)]
     labels = [_pl(x) for x in _job_labels(rows)]
     cur = _pl(currency)
     net = [_f(r.get("net_spot_savings")) for r in rows]
@@ -396,7 +400,9 @@ def _headlines(report: Report, currencies: Iterable[str]) -> str:
         estimates = _dec(t.get("recompute_cost_estimate")) + _dec(t.get("restart_idle_cost_estimate"))
         details = {
             "hidden_overhead_total": f"incl. {fmt_money(estimates, cur)} estimated (recompute, restart idle)",
-            "gross_spot_savings": f"on-demand equivalent {fmt_money(t.get('on_demand_equivalent_cost'), cur)}",
+            "gross_spot_savings": (f"on-demand equivalent {fmt_money(t.get('on_demand_equivalent_cost'), cur)}"
+                                   + (f", measured for {fmt_pct(t.get('savings_coverage_pct'))} of spot cost"
+                                      if t.get("spot_unpriced_cost") else "")),
             "net_spot_savings": "gross savings minus hidden overhead",
             "savings_eroded_pct": "hidden overhead / gross spot savings",
             "unattributed_cost": f"of {fmt_money(t.get('total_cost'), cur)} total cost",
@@ -404,7 +410,11 @@ def _headlines(report: Report, currencies: Iterable[str]) -> str:
         cards = []
         for field, label in HEADLINES:
             if field == "savings_eroded_pct":
-                value = fmt_pct(eroded_pct(t.get("hidden_overhead_total"), t.get("gross_spot_savings")))
+                value = fmt_pct(t["savings_eroded_pct"] if "savings_eroded_pct" in t
+                                else eroded_pct(t.get("hidden_overhead_total"), t.get("gross_spot_savings")))
+                value = "n/a" if t.get("gross_spot_savings") is None and t else value
+            elif field in NOT_MEASURED and t and t.get(field) is None:
+                value = "n/a"
             elif field == "interruptions":
                 value = fmt_count(t.get(field))
             else:
@@ -492,8 +502,9 @@ def render_html(report: Report) -> str:
  A spike day has more than 3x a job's median daily interruptions.</p>
 {"".join(charts["daily"])}
 <h3>Savings before and after overhead</h3>
-<p class="note">Jobs with spot compute. Gross savings are on-demand equivalent minus spot cost; net savings subtract the
- hidden overhead (including estimates). Where the export has no on-demand price, gross savings show as 0.</p>
+<p class="note">Jobs with spot compute. Gross savings are on-demand equivalent minus spot cost, over the spot lines with
+ an on-demand price (the export's, a price reference's or the bill's); net savings subtract the hidden overhead (including
+ estimates). A job with no priced spot line is n/a and not drawn.</p>
 {"".join(charts["savings"])}
 </section>
 

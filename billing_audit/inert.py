@@ -116,13 +116,21 @@ def safe_cell(value: Any, places: int | None = 4) -> str:
     return cell
 
 
+# The report's figures that are not measured where they are NULL (spot savings without an on-demand price):
+# "n/a" in a CSV, never an empty cell a spreadsheet sums as 0.
+NOT_MEASURED = frozenset({"on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "savings_eroded_pct",
+                          "savings_coverage_pct"})
+
+
 def write_csv(df: pl.DataFrame, out: io.TextIOBase | Any, places: int | None = 4) -> None:
     """``df`` as RFC 4180 CSV (CRLF line ends, quoted as needed) on ``out``: safe cells, safe header.
-    Money has ``places`` decimals (the report's and the finance file's 4), or all of them with None."""
+    Money has ``places`` decimals (the report's and the finance file's 4), or all of them with None; a
+    :data:`NOT_MEASURED` column's NULL is ``n/a``."""
     w = csv.writer(out, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
     w.writerow([safe_cell(c) for c in df.columns])
+    na = [c in NOT_MEASURED for c in df.columns]
     for row in df.iter_rows():
-        w.writerow([safe_cell(v, places) for v in row])
+        w.writerow(["n/a" if v is None and na[i] else safe_cell(v, places) for i, v in enumerate(row)])
 
 
 def csv_text(df: pl.DataFrame, places: int | None = 4) -> str:

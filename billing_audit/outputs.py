@@ -13,7 +13,7 @@ import polars as pl
 
 from billing_audit import inert
 from billing_audit.errors import BillingAuditError
-from billing_audit.inert import FORMULA_START, clean, csv_text, json_inert, safe_cell, text, write_csv
+from billing_audit.inert import FORMULA_START, NOT_MEASURED, clean, csv_text, json_inert, safe_cell, text, write_csv
 from billing_audit.report import MONEY_FIELDS, Report
 
 __all__ = ["FORMULA_START", "csv_text", "export_frame", "markdown", "report_json", "rich_table", "rich_totals",
@@ -40,7 +40,7 @@ def report_json(report: Report) -> str:
 
 def _fmt(v: Any, key: str) -> str:
     if v is None:
-        return "-"
+        return "n/a" if key in NOT_MEASURED else "-"
     if key == "savings_eroded_pct":
         return f"{v:.1f}"
     if key == "interruptions":

@@ -48,7 +48,9 @@ JOB_FIELDS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source",
     *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
 ]
-JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost"]
+JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost", "spot_cost_priced"]
+# measured only over the spot lines with an on-demand equivalent; NULL (n/a) for a job with none
+SAVINGS_FIELDS = ("on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings")
 
 
 @dataclass
@@ -106,7 +108,7 @@ WITH {CHURN_CTES},
 agg AS (
   SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
-    coalesce(sum(list_cost) FILTER (WHERE category = 'spot_compute'), 0) AS on_demand_equivalent_cost,
+    sum(od_cost) FILTER (WHERE category = 'spot_compute') AS on_demand_equivalent_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
     coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
     coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS storage_reread_cost,
@@ -145,17 +147,16 @@ def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
             return "review", [f"no spot compute is attributed here, but {overhead:.2f} {cur} of interruption overhead is"]
         return "keep_spot", ["no spot compute and no interruption overhead"]
     unpriced = row["spot_unpriced_cost"]
-    if unpriced:
-        # ListCost NULL: the export's price was 0 or missing; those lines are left out of the savings
-        review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price in the export (a zero or "
-                      "missing list price), so it is left out of the measured savings")
+    if od is None:
+        # no spot line has an on-demand equivalent (the export's, a price reference's or the bill's)
+        review.append(f"no on-demand price is known for this spot usage, so spot savings cannot be measured "
+                      f"(add price references: `billing-audit prices pull {row['provider']}`)")
+    elif unpriced:
+        review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price (neither in the export nor in the "
+                      "price references), so it is left out of the measured savings")
     spot -= unpriced  # the comparisons below are over the priced spot lines only
-    if spot == 0:
+    if spot == 0 or od is None:
         pass
-    elif row["priced_spot_lines"] == 0:
-        # e.g. Azure: the export prices spot meters at the spot rate, so the on-demand equivalent is unknown
-        review.append("the export carries no on-demand price for this spot usage (list cost equals spot cost), "
-                      "so spot savings cannot be measured")
     elif spot + overhead >= od:
         switch.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is at least the on-demand "
                       f"equivalent ({od:.2f} {cur})")
@@ -225,8 +226,11 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         est = cfg.estimates.enabled and row["job"] != UNATTRIBUTED
         recompute = _money(interruptions * Decimal(str(interval)) / 2 / 60 * rate) if est else None
         idle = _money(interruptions * Decimal(str(restart)) / 60 * rate) if est else None
-        # savings over the priced spot lines only: spot cost without a list price is not a loss of savings
-        gross = row["on_demand_equivalent_cost"] - (row["spot_compute_cost"] - row["spot_unpriced_cost"])
+        # savings over the priced spot lines only: spot cost without an on-demand equivalent is not a loss of
+        # savings, and a job with no priced spot line has no measured savings at all (n/a, never 0 or a loss)
+        od = row["on_demand_equivalent_cost"]
+        priced_spot = row["spot_compute_cost"] - row["spot_unpriced_cost"]
+        gross = None if od is None else od - priced_spot
         overhead = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
                     + row["checkpoint_egress_cost"] + (recompute or 0) + (idle or 0))
         out = {
@@ -238,10 +242,11 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
             "restart_fees": row["restart_fees"], "other_compute_charges": row["other_compute_charges"],
             "storage_reread_cost": row["storage_reread_cost"], "checkpoint_egress_cost": row["checkpoint_egress_cost"],
             "recompute_cost_estimate": recompute, "restart_idle_cost_estimate": idle,
-            "hidden_overhead_total": overhead, "net_spot_savings": gross - overhead,
-            "savings_eroded_pct": float(overhead / gross * 100) if gross > 0 else None,
+            "hidden_overhead_total": overhead, "net_spot_savings": None if gross is None else gross - overhead,
+            "savings_eroded_pct": float(overhead / gross * 100) if gross is not None and gross > 0 else None,
             "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": float(hours), "spot_hourly_cost": rate,
             "priced_spot_lines": row["priced_spot_lines"], "spot_unpriced_cost": row["spot_unpriced_cost"],
+            "spot_cost_priced": priced_spot,
         }
         out["recommendation"], out["reasons"] = _recommend(out, cfg)
         jobs.append(out)
@@ -249,13 +254,17 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         ["hidden_overhead_total", "job", "team", "provider", "currency"],
         descending=[True, False, False, False, False], nulls_last=True,
     )
+    totals = _totals(con, jobs_df)
+    from billing_audit import registry
+
+    warnings = [*warnings, *coverage_warnings(jobs_df, totals, registry.with_part("prices_pull"))]
     return Report(
         period=period or "all",
         cost_basis=cost_basis,
         jobs=jobs_df,
         teams=_teams(jobs_df),
         daily=_daily(con, jobs_df),
-        totals=_totals(con, jobs_df),
+        totals=totals,
         warnings=warnings,
         rules_fired=rules_fired,
         files=store.sql(
@@ -265,7 +274,7 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
 
 
 def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
-    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "spot_unpriced_cost"}
+    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "spot_unpriced_cost", "spot_cost_priced"}
     schema: dict[str, Any] = {}
     for c in columns:
         if c in money or c == "interruptions":
@@ -282,28 +291,75 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
 
 
 TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
+COVERAGE_SUMS = ["spot_cost_priced", "spot_unpriced_cost"]
+
+
+def _sums() -> list[pl.Expr]:
+    """Each money field summed; the savings fields only over the jobs whose savings are measured (NULL when
+    none is), and the overhead they erode over those same jobs."""
+    measured = pl.col("gross_spot_savings").is_not_null()
+    out = [pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+           if c in SAVINGS_FIELDS else pl.col(c).sum() for c in TEAM_SUMS]
+    out.append(pl.col("hidden_overhead_total").filter(measured).sum().alias("ba_measured_overhead"))
+    return out
+
+
+def _eroded() -> pl.Expr:
+    return (pl.when(pl.col("gross_spot_savings") > 0)
+            .then(pl.col("ba_measured_overhead").cast(pl.Float64) / pl.col("gross_spot_savings").cast(pl.Float64) * 100)
+            .otherwise(None).alias("savings_eroded_pct"))
 
 
 def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
-    df = jobs.group_by(["team", "currency"]).agg(
-        [pl.col(c).sum() for c in TEAM_SUMS] + [pl.col("job").n_unique().alias("jobs")]
-    )
-    df = df.with_columns(
-        pl.when(pl.col("gross_spot_savings") > 0)
-        .then(pl.col("hidden_overhead_total").cast(pl.Float64) / pl.col("gross_spot_savings").cast(pl.Float64) * 100)
-        .otherwise(None)
-        .alias("savings_eroded_pct")
-    )
+    df = jobs.group_by(["team", "currency"]).agg(_sums() + [pl.col("job").n_unique().alias("jobs")])
+    df = df.with_columns(_eroded()).drop("ba_measured_overhead")
     return df.sort(["hidden_overhead_total", "team", "currency"], descending=[True, False, False])
 
 
 def _totals(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
+    """Per currency; with the savings coverage: the spot cost whose savings are measured, the spot cost without
+    an on-demand price, and the share measured (``savings_coverage_pct``)."""
     df = jobs.group_by("currency").agg(
-        [pl.col(c).sum() for c in TEAM_SUMS]
+        _sums() + [pl.col(c).sum() for c in COVERAGE_SUMS]
         + [pl.col("lines").sum(),
            pl.col("total_cost").filter(pl.col("job") == UNATTRIBUTED).sum().alias("unattributed_cost")]
     )
+    spot = pl.col("spot_cost_priced") + pl.col("spot_unpriced_cost")
+    df = df.with_columns(
+        _eroded(),
+        pl.when(spot > 0).then(pl.col("spot_cost_priced").cast(pl.Float64) / spot.cast(pl.Float64) * 100)
+        .otherwise(None).alias("savings_coverage_pct"),
+    ).drop("ba_measured_overhead")
     return df.sort("currency")
+
+
+def coverage_warnings(jobs: pl.DataFrame, totals: pl.DataFrame, pullable: tuple[str, ...] = ()) -> list[str]:
+    """Per currency with unpriced spot cost: how much of it the savings are measured for, and what to run."""
+    out = []
+    for t in totals.iter_rows(named=True):
+        if not t["spot_unpriced_cost"]:
+            continue
+        cur = t["currency"]
+        provs = sorted({r["provider"] for r in jobs.filter((pl.col("currency") == cur)
+                                                           & (pl.col("spot_unpriced_cost") > 0)).iter_rows(named=True)})
+        cov = t["savings_coverage_pct"] or 0.0
+        todo = [f"`billing-audit prices pull {p}`" for p in provs if p in pullable]
+        other = [p for p in provs if p not in pullable]
+        hint = " or ".join(todo)
+        if other:
+            hint = (hint + " or " if hint else "") + f"`billing-audit prices ingest FILE` ({', '.join(other)})"
+        out.append(f"savings measured for {_pct(cov)} of {cur} spot cost; {_pct(100 - cov)} unpriced: run {hint}")
+    return out
+
+
+def _pct(x: float) -> str:
+    """A share as a whole percent, never rounded to 0% or 100% when it is not."""
+    r = round(x)
+    if r == 0 and x > 0:
+        return "<1%"
+    if r == 100 and x < 100:
+        return ">99%"
+    return f"{r}%"
 
 
 def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:

@@ -76,11 +76,23 @@ GROUP_COLUMNS = [
 ]
 
 
-def measures(bases: tuple[str, ...]) -> str:
+def export_od() -> str:
+    """A spot line's on-demand equivalent as the export itself gives it (the providers' ``export_od_sql()``; see
+    :mod:`billing_audit.pricing`): what the warehouse engines measure savings with (they hold no price references).
+    Locally, ``spot_od`` (filled at tag time from the export, the price references and the bill) is used."""
+    from billing_audit.pricing import export_od_case
+
+    case = export_od_case("l")
+    return f"CASE WHEN {case} > 0 THEN {case} END"
+
+
+def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     """What each group sums, the same on every engine: lines; cost for each basis in `bases` (effective,
     billed) and list cost; restarts counted by fee lines; the largest spot usage in hours (capped at the
-    charge period's length, DECIMAL so that engines add it up alike); spot lines priced above their cost;
-    spot cost without a list price (NULL ListCost)."""
+    charge period's length, DECIMAL so that engines add it up alike); the spot lines' on-demand equivalent
+    (``od``: an expression over ``l`` and what it is joined to, NULL where the line has none; default: the
+    export's own, :func:`export_od`), the spot lines that have one, and the spot cost of those that have not."""
+    od = od or export_od()
     hours = (f"CASE WHEN regexp_matches(lower(coalesce(l.PricingUnit, '')), '{HOUR_UNITS}') "
              "THEN CAST(l.PricingQuantity AS DOUBLE) "
              f"WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{HOUR_UNITS}') "
@@ -93,21 +105,24 @@ def measures(bases: tuple[str, ...]) -> str:
         "THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END END) AS fee_n",
         f"max(CAST(CASE WHEN {SPOT} AND l.ChargePeriodStart IS NOT NULL AND l.ChargePeriodEnd IS NOT NULL "
         f"THEN least({_span()}, {hours}) END AS DECIMAL(38,12))) AS hours",
+        # the on-demand equivalent of the priced spot lines (NULL: no spot line of the group has one)
+        f"sum(CASE WHEN {SPOT} THEN CAST({od} AS DECIMAL(38,12)) END) AS od",
     ]
-    parts += [f"sum(CASE WHEN {SPOT} AND coalesce(l.ListCost, 0) > coalesce(l.{COST_BASES[b]}, 0) THEN 1 ELSE 0 END) "
-              f"AS priced_{b}" for b in bases]
-    # spot cost with no list price (ListCost NULL: the export's price was 0 or missing): kept out of savings
-    parts += [f"sum(CASE WHEN {SPOT} AND l.ListCost IS NULL THEN coalesce(l.{COST_BASES[b]}, 0) ELSE 0 END) "
+    parts += [f"sum(CASE WHEN {SPOT} AND ({od}) IS NOT NULL THEN 1 ELSE 0 END) AS priced_{b}" for b in bases]
+    # spot cost with no on-demand equivalent: kept out of the savings, reported beside them
+    parts += [f"sum(CASE WHEN {SPOT} AND ({od}) IS NULL THEN coalesce(l.{COST_BASES[b]}, 0) ELSE 0 END) "
               f"AS unpriced_{b}" for b in bases]
     return ",\n       ".join(parts)
 
 
-def groups_sql(ranks: str = RANKS_SQL) -> str:
-    """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period."""
+def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True) -> str:
+    """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period;
+    the spot lines' on-demand equivalents from ``spot_od`` (else, a store tagged before it: the export's)."""
+    join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId" if spot_od else ""
     return f"""
 SELECT {KEY_HASH} AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
-       {measures(("effective", "billed"))}
-FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId
+       {measures(("effective", "billed"), "o.od_cost" if spot_od else None)}
+FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId{join}
 GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 
 
@@ -128,7 +143,9 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
     row = con.execute(f"SELECT count(*) FROM {keys} WHERE h2_lo <> h2_hi").fetchone()
     if row and row[0]:
         raise BillingAuditError("two different attribution keys hashed alike; please report this (the store is unchanged)")
-    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql()}")
+    from billing_audit.pricing import has_spot_od
+
+    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql(spot_od=has_spot_od(con))}")
     if not temp:
         from billing_audit.search import index_sql
 
@@ -192,7 +209,7 @@ def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
         "AND table_name = 'line_groups'").fetchall()}
-    if "unpriced_effective" not in cols:  # built by an older version: rebuild on the fly
+    if "od" not in cols:  # built by an older version: rebuild on the fly
         return None
     row = con.execute("SELECT (SELECT run_id FROM line_groups_meta) = (SELECT max(run_id) FROM tag_runs) "
                       "AND (SELECT lines FROM line_groups_meta) = (SELECT count(*) FROM line_items)").fetchone()
@@ -316,7 +333,7 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> l
         ("ba_agg", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
        {cat} AS category, g.signal AS signal, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.list) AS list_cost,
-       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced
+       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced, SUM(g.od) AS od_cost
 FROM {joined}
 GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal"""),
         ("ba_spot_hours", f"""

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from billing_audit.ddl import BOOKKEEPING, LINE_ITEMS
+from billing_audit.ddl import BOOKKEEPING, LINE_ITEMS, PRICE_TABLES
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
@@ -79,6 +79,7 @@ class IngestReport:
     replaced_rows: int = 0
     notes: list[str] = field(default_factory=list)  # what was replaced, set aside or completed, in words
     overlapped_rows: int = 0  # lines set aside because another export delivers the same lines
+    prices: Any = None  # billing_audit.pricing.PriceLoad: the price files among the paths, loaded as references
 
     @property
     def failed(self) -> int:
@@ -194,7 +195,7 @@ class Store:
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
         self.con.execute(LINE_ITEMS)
-        for ddl in BOOKKEEPING:
+        for ddl in (*BOOKKEEPING, *PRICE_TABLES):
             self.con.execute(ddl)
 
     def close(self) -> None:
@@ -239,8 +240,12 @@ class Store:
         ``follow_outside``; tarballs are unpacked into a temporary folder, removed before this returns.
         An unexpected error in one delivery is that delivery's error, naming the file it was reading.
         """
+        from billing_audit import pricing
+
         with contextlib.ExitStack() as unpack:
-            deliveries, errors = group([Path(p) for p in paths], unpack=unpack, follow_outside=follow_outside)
+            price_files: list[Path] = []
+            deliveries, errors = group([Path(p) for p in paths], unpack=unpack, follow_outside=follow_outside,
+                                       set_aside=pricing.is_price_file, aside=price_files)
             report = IngestReport(errors=list(errors))
             self._overlap = overlap or OverlapPolicy()
             for e in errors:
@@ -261,7 +266,14 @@ class Store:
                     why = explain_duckdb_error(e) if isinstance(e, duckdb.Error) else f"{type(e).__name__}: {e}"
                     self._failed(d, InputError(self._reading, f"unexpected error, nothing of this delivery was "
                                                               f"stored: {why}"), report)
+            if price_files:  # price references, recognised from their content: one transaction per file
+                report.prices = pricing.load_paths(self.con, price_files)
+                report.errors.extend(report.prices.errors)
+                report.notes.extend(report.prices.notes())
+                if report.prices.added or report.prices.replaced:
+                    report.prices.repriced = pricing.reprice(self.con)
         return report
+
 
     def _failed(self, d: Delivery, e: InputError, report: IngestReport) -> None:
         report.errors.append(e)

@@ -425,7 +425,10 @@ def run_rules(
             [run_id, datetime.now(UTC).replace(tzinfo=None), recorded,
              repr(sorted(params.items())), result.hits, sig],
         )
-        try:  # the report's line groups, from every rule's hits (not only this run's)
+        from billing_audit.pricing import build_spot_od
+
+        try:  # each spot line's on-demand equivalent, then the report's line groups from every rule's hits
+            build_spot_od(con, run_id)
             build_groups(con, run_id)
         except duckdb.InterruptException:
             raise BillingAuditError(f"grouping the tagged lines ran longer than {timeout:g} s and was stopped "

@@ -80,6 +80,8 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
         parts.append(f"{report.overlapped_rows:,} lines delivered by two exports counted once")
     if report.failed:
         parts.append(f"{report.failed} file(s) failed")
+    if report.prices is not None:
+        parts.append(report.prices.summary())
     say(", ".join(parts))
 
 

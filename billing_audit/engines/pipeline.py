@@ -39,7 +39,8 @@ RESULT_COLUMNS = [
     ("day", "DATE"), ("category", "VARCHAR"), ("signal", "BOOLEAN"), ("n", "BIGINT"),
     ("cost", "DECIMAL(38,12)"), ("list_cost", "DECIMAL(38,12)"), ("fee_n", "DECIMAL(38,12)"), ("priced", "BIGINT"),
     ("spot_hours", "DECIMAL(38,12)"), ("ResourceId", "VARCHAR"), ("s", "TIMESTAMP"), ("e", "TIMESTAMP"), ("rule_id", "VARCHAR"),
-    ("unpriced", "DECIMAL(38,12)"),  # last: older stores get it by ALTER TABLE ... ADD COLUMN
+    ("unpriced", "DECIMAL(38,12)"),  # these last: older stores get them by ALTER TABLE ... ADD COLUMN
+    ("od_cost", "DECIMAL(38,12)"),  # the spot lines' on-demand equivalent, as the export gives it (rollup.export_od)
 ]
 
 
@@ -104,7 +105,7 @@ SELECT ROW_NUMBER() OVER (ORDER BY {", ".join(KEY)}) AS h, {", ".join(KEY)}
 FROM (SELECT DISTINCT {", ".join(KEY)} FROM g0) d"""),
         ("line_groups", f"""
 SELECT k.h AS h, g0.bps AS bps, g0.day AS day, g0.rank AS rank, g0.signal AS signal, g0.cps AS cps, g0.cpe AS cpe,
-       g0.n AS n,{cost_pick} g0.list AS list, g0.fee_n AS fee_n, g0.hours AS hours{priced_pick}
+       g0.n AS n,{cost_pick} g0.list AS list, g0.fee_n AS fee_n, g0.hours AS hours, g0.od AS od{priced_pick}
 FROM g0 JOIN line_group_keys k ON {same}"""),
     ]
     ctes += rollup.attribution_ctes(cfg, "line_groups", "line_group_keys", period, tags_extracted=True)
@@ -123,7 +124,8 @@ WHERE {pf} GROUP BY h.rule_id, h.category"""))
     base = {c: c for c in ("job", "team", "provider", "currency")}
     final = " UNION ALL ".join([
         row("agg", base | {c: c for c in ("day", "category", "signal", "n", "cost", "list_cost", "fee_n")}
-            | {"priced": "CAST(priced AS BIGINT)", "unpriced": "CAST(unpriced AS DECIMAL(38,12))"}) + " FROM ba_agg",
+            | {"priced": "CAST(priced AS BIGINT)", "unpriced": "CAST(unpriced AS DECIMAL(38,12))",
+               "od_cost": "CAST(od_cost AS DECIMAL(38,12))"}) + " FROM ba_agg",
         row("hours", base | {"spot_hours": "spot_hours"}) + " FROM ba_spot_hours",
         row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e"}) + " FROM ba_spot_res",
         row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
@@ -223,13 +225,17 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """The run's aggregates as the report's temp tables (ba_agg, ba_spot_hours, ba_spot_res, ba_fired)."""
     sel = {
         "ba_agg": "job, team, provider, currency, day, category, signal, n, cost, list_cost, fee_n, priced, "
-                  "coalesce(unpriced, 0) AS unpriced",
+                  "coalesce(unpriced, 0) AS unpriced, "
+                  # runs of older versions have no od_cost: their list cost was the on-demand equivalent
+                  "CASE WHEN od_cost IS NOT NULL THEN od_cost WHEN category = 'spot_compute' AND priced > 0 "
+                  "THEN list_cost END AS od_cost",
         "ba_spot_hours": "job, team, provider, currency, spot_hours",
         "ba_spot_res": "job, team, provider, currency, ResourceId, s, e",
         "ba_fired": "rule_id, category, n AS lines",
     }
     kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_fired": "rule"}
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
+    con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12)")
     for table, cols in sel.items():
         con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {cols} FROM engine_results "
                     f"WHERE run_id = {int(run_id)} AND kind = '{kinds[table]}'")

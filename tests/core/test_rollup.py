@@ -96,7 +96,7 @@ def test_ingest_after_tag_drops_the_groups_and_the_report_refuses_until_the_next
         assert rollup.current_groups(store.con) is not None
         again = build_report(store, CFG, None)
     assert int(again.totals["lines"].sum()) == lines
-    assert not again.warnings
+    assert not [w for w in again.warnings if not w.startswith("savings measured for")]  # coverage: its own test
 
 
 def test_unchanged_reingest_keeps_the_groups(store_copy: Path) -> None:

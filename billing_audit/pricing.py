@@ -1,0 +1,546 @@
+"""Price references in the store: loading them, and each spot line's on-demand equivalent with its provenance.
+
+The contract with the provider packages is :mod:`billing_audit.prices`; this module never names a provider.
+
+**Loading** (:func:`load_files`): each price file is recognised from its content (the providers' ``FORMATS``
+sniff its first 64 KiB) and loaded in one transaction.  A reference is identified by
+:data:`~billing_audit.prices.KEY`; against a reference already held with the same key:
+
+- the same price list (same ``fetched_at``) with the same price and period: nothing changes (re-ingesting a
+  file changes nothing);
+- a newer price list (later ``fetched_at``), or the same list saying something else: it replaces the held one,
+  and the load says how many it replaced;
+- an older price list: the held (newer) one stays, and the load says how many it kept.
+
+**On-demand equivalents** (:func:`build_spot_od`, run inside the tag run's transaction): every spot line (category
+``spot_compute``) gets one row in ``spot_od``, from the first of
+
+1. ``export``: the export's own usable on-demand cost (the provider's ``export_od_sql()``; a provider without a
+   ``prices`` part: its ``ListCost``, as before price references existed);
+2. ``reference``: a price reference of the line's on-demand key (the provider's ``keys_sql()``), region (a
+   reference without a region covers any), unit and currency, whose effective period holds the line's charge
+   period start; a negotiated price beats a retail one, then the newest price list; cost = price x quantity;
+3. ``bill``: the same key, region, unit and currency bought on demand elsewhere in the store (the provider's
+   ``is_on_demand_sql()``): unit price = those lines' cost / their quantity;
+4. none: ``od_cost`` NULL, and ``reason`` says why.  Never 0, never the spot price itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import duckdb
+
+from billing_audit import registry
+from billing_audit.errors import BillingAuditError, InputError
+from billing_audit.prices import COLUMN_NAMES, COLUMNS, KEY, PriceFormat, PriceNeed, PriceRef
+from billing_audit.sql import lit
+
+SNIFF = 64 << 10
+SOURCES = ("export", "reference", "bill")  # the provenance of an on-demand equivalent, in the order they are tried
+_DDL_TYPE = {name: typ.replace(" NOT NULL", "") for name, typ, _ in COLUMNS}
+
+
+# -- the providers' parts -------------------------------------------------------------------------------------------
+@functools.cache
+def parts() -> tuple[tuple[str, ModuleType], ...]:
+    """(provider, its ``prices`` part) of every connector that has one."""
+    out = []
+    for name in registry.with_part("prices"):
+        mod = registry.part(name, "prices")
+        out.append((str(getattr(mod, "PROVIDER", name)), mod))
+    return tuple(out)
+
+
+def formats() -> list[tuple[str, PriceFormat]]:
+    """Every price-file format, with the provider it prices."""
+    return [(prov, f) for prov, mod in parts() for f in getattr(mod, "FORMATS", [])]
+
+
+def describe_formats() -> str:
+    """One line per price-file format, for --help."""
+    return "\n".join(f"  {prov:<6} {f.title}" for prov, f in formats())
+
+
+def sniff(path: Path) -> tuple[str, PriceFormat] | None:
+    """The price format a file is of (from its first 64 KiB, decompressed), or None: not a price file."""
+    from billing_audit.reader import read_head
+
+    fmts = formats()
+    if not fmts:
+        return None
+    try:
+        head = read_head(path, SNIFF)
+    except (OSError, EOFError, ValueError):
+        return None
+    for prov, f in fmts:
+        try:
+            if f.sniff(path, head):
+                return prov, f
+        except Exception:  # noqa: BLE001, S112 - a sniff that trips over a file simply does not recognise it
+            continue
+    return None
+
+
+def is_price_file(path: Path) -> bool:
+    return sniff(path) is not None
+
+
+def export_od_case(alias: str = "l") -> str:
+    """The export's own usable on-demand cost of a line, per provider (their ``export_od_sql()``, written over
+    ``l``); a provider without a ``prices`` part: its ``ListCost`` where it is above the line's cost (a list
+    price equal to the spot price is the spot price).  Portable SQL: the warehouse engines run it too (they have
+    no price references, so this is all they measure savings with)."""
+    whens = " ".join(f"WHEN {lit(prov)} THEN ({_over(mod.export_od_sql(), alias)})" for prov, mod in parts())
+    listed = f"CASE WHEN {alias}.ListCost > {alias}.EffectiveCost THEN {alias}.ListCost END"
+    return f"(CASE {alias}.x_Provider {whens} ELSE {listed} END)" if whens else listed
+
+
+def _over(sql: str, alias: str) -> str:
+    return sql if alias == "l" else sql.replace("l.", f"{alias}.")
+
+
+# -- loading --------------------------------------------------------------------------------------------------------
+@dataclass
+class PriceFile:
+    file: str
+    status: str  # loaded | unchanged | failed
+    format: str | None = None
+    provider: str | None = None
+    rows: int = 0  # references read from the file
+    added: int = 0  # references new to the store
+    replaced: int = 0  # held references a newer (or differing) list replaced
+    kept_newer: int = 0  # references of this file older than the ones held (the held ones stay)
+    duplicates: int = 0  # rows of the file repeating a key already in it (the first is used)
+    message: str = ""
+
+
+@dataclass
+class PriceLoad:
+    files: list[PriceFile] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    repriced: int | None = None  # spot lines whose on-demand equivalent was worked out again (None: not tagged)
+
+    @property
+    def refs(self) -> int:
+        return sum(f.rows for f in self.files if f.status != "failed")
+
+    @property
+    def added(self) -> int:
+        return sum(f.added for f in self.files)
+
+    @property
+    def replaced(self) -> int:
+        return sum(f.replaced for f in self.files)
+
+    @property
+    def loaded(self) -> int:
+        return sum(1 for f in self.files if f.status == "loaded")
+
+    def notes(self) -> list[str]:
+        out = []
+        for f in self.files:
+            if f.replaced:
+                out.append(f"{f.file}: {f.replaced} price reference(s) of an older price list replaced")
+            if f.kept_newer:
+                out.append(f"{f.file}: {f.kept_newer} price reference(s) older than those held; the newer ones stay")
+            if f.duplicates:
+                out.append(f"{f.file}: {f.duplicates} row(s) repeat a price already in the file; the first is used")
+        return out
+
+    def summary(self) -> str:
+        parts_ = [f"{len([f for f in self.files if f.status != 'failed'])} price file(s) read "
+                  f"({self.refs:,} references: {self.added:,} new, {self.replaced:,} replaced)"]
+        unchanged = sum(1 for f in self.files if f.status == "unchanged")
+        if unchanged:
+            parts_.append(f"{unchanged} unchanged")
+        if self.errors:
+            parts_.append(f"{len(self.errors)} failed")
+        if self.repriced is not None:
+            parts_.append(f"{self.repriced:,} spot line(s) priced again")
+        return ", ".join(parts_)
+
+
+def _table(refs: list[PriceRef]) -> Any:
+    import pyarrow as pa
+
+    types = {"VARCHAR": pa.string(), "DECIMAL(38,12)": pa.decimal128(38, 12), "TIMESTAMP": pa.timestamp("us"),
+             "BIGINT": pa.int64()}
+    schema = pa.schema([(n, types[_DDL_TYPE[n]]) for n in COLUMN_NAMES])
+
+    def norm(name: str, v: Any) -> Any:
+        if isinstance(v, datetime) and v.tzinfo is not None:
+            return v.astimezone(UTC).replace(tzinfo=None)
+        if name == "unit_price" and v is not None:
+            return Decimal(v).quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
+        return v
+
+    cols = {n: [norm(n, getattr(r, n)) for r in refs] for n in COLUMN_NAMES}
+    return pa.table(cols, schema=schema)
+
+
+_SAME_KEY = " AND ".join(f"h.{k} IS NOT DISTINCT FROM n.{k}" for k in KEY)
+_SAME_PRICE = " AND ".join(f"h.{c} IS NOT DISTINCT FROM n.{c}" for c in ("unit_price", "effective_to"))
+
+
+def _read(path: Path, fmt: PriceFormat, shown: str) -> list[PriceRef]:
+    try:
+        refs = list(fmt.read(path))
+    except InputError:
+        raise
+    except (OSError, EOFError) as e:
+        raise InputError(shown, f"cannot read the price file: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a reader's bug or an input nobody foresaw: this file's error
+        raise InputError(shown, f"unexpected error reading the price file ({fmt.title}): "
+                                f"{type(e).__name__}: {e}") from None
+    for i, r in enumerate(refs, 1):
+        if not isinstance(r.unit_price, Decimal) or r.unit_price < 0:
+            raise InputError(shown, f"price {r.price_key!r} has no usable unit price ({r.unit_price!r})",
+                             row=r.source_row or i)
+    return refs
+
+
+def load_file(con: duckdb.DuckDBPyConnection, path: Path, found: tuple[str, PriceFormat] | None = None,
+              shown: str | None = None) -> PriceFile:
+    """Load one price file in one transaction (see the module docstring for what replaces what)."""
+    shown = shown or str(path)
+    found = found or sniff(path)
+    if found is None:
+        raise InputError(shown, "not a price file of any known format:\n" + describe_formats())
+    prov, fmt = found
+    refs = _read(path, fmt, shown)
+    result = PriceFile(shown, "loaded", fmt.id, prov, rows=len(refs))
+    seen: dict[tuple[Any, ...], int] = {}
+    unique = []
+    for r in refs:
+        k = tuple(getattr(r, c) for c in KEY)
+        if k in seen:
+            result.duplicates += 1
+            continue
+        seen[k] = 1
+        unique.append(r)
+    con.register("ba_new_refs", _table(unique))
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_new AS SELECT * FROM ba_new_refs")
+        row = con.execute(f"""SELECT
+            count(*) FILTER (WHERE h.provider IS NULL),
+            count(*) FILTER (WHERE h.provider IS NOT NULL AND (h.fetched_at < n.fetched_at
+                             OR (h.fetched_at = n.fetched_at AND NOT ({_SAME_PRICE})))),
+            count(*) FILTER (WHERE h.provider IS NOT NULL AND h.fetched_at > n.fetched_at)
+            FROM ba_new n LEFT JOIN price_references h ON {_SAME_KEY}""").fetchone()
+        assert row is not None
+        result.added, result.replaced, result.kept_newer = int(row[0]), int(row[1]), int(row[2])
+        # the held references this file replaces, then the file's references not already held as they are
+        con.execute(f"""DELETE FROM price_references h WHERE EXISTS (SELECT 1 FROM ba_new n WHERE {_SAME_KEY}
+                        AND (h.fetched_at < n.fetched_at OR (h.fetched_at = n.fetched_at AND NOT ({_SAME_PRICE}))))""")
+        con.execute(f"""INSERT INTO price_references SELECT {", ".join(COLUMN_NAMES)} FROM ba_new n
+                        WHERE NOT EXISTS (SELECT 1 FROM price_references h WHERE {_SAME_KEY})""")
+        con.execute("DROP TABLE ba_new")
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    finally:
+        con.unregister("ba_new_refs")
+    if not result.added and not result.replaced:
+        result.status = "unchanged"
+    return result
+
+
+def price_files_under(paths: list[Path]) -> tuple[list[Path], list[InputError]]:
+    """The files under ``paths`` (files and folders, recursively; only what is named), sorted."""
+    from billing_audit.deliveries import walk
+
+    data, _, errors = walk(paths)
+    return data, errors
+
+
+def load_files(con: duckdb.DuckDBPyConnection, paths: list[Path], *, strict: bool = True,
+               progress: Callable[[str, int], None] | None = None) -> PriceLoad:
+    """Load the price files under ``paths``, one transaction per file.  ``strict``: a file that is not a price
+    file is an error naming it (``prices ingest``); otherwise it is left alone (the caller's export ingest)."""
+    from billing_audit.reader import display_name
+
+    out = PriceLoad()
+    files, errors = price_files_under(paths)
+    out.errors.extend(errors)
+    for e in errors:
+        out.files.append(PriceFile(e.file, "failed", message=e.reason))
+    for f in files:
+        shown = display_name(f)
+        found = sniff(f)
+        if found is None:
+            if strict:
+                e = InputError(shown, "not a price file of any known format (`billing-audit ingest` reads exports):\n"
+                               + describe_formats())
+                out.errors.append(e)
+                out.files.append(PriceFile(shown, "failed", message=e.reason))
+            continue
+        try:
+            res = load_file(con, f, found, shown)
+        except InputError as e:
+            out.errors.append(e)
+            out.files.append(PriceFile(shown, "failed", found[1].id, found[0], message=e.reason))
+            continue
+        out.files.append(res)
+        if progress:
+            progress(shown, res.rows)
+    return out
+
+
+def load_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> PriceLoad:
+    """Load price files the export ingest set aside (already recognised)."""
+    from billing_audit.reader import display_name
+
+    out = PriceLoad()
+    for f in files:
+        shown = display_name(f)
+        try:
+            out.files.append(load_file(con, f, None, shown))
+        except InputError as e:
+            out.errors.append(e)
+            out.files.append(PriceFile(shown, "failed", message=e.reason))
+    return out
+
+
+# -- on-demand equivalents ------------------------------------------------------------------------------------------
+def _keys_sql() -> str:
+    """Every provider's ``keys_sql()`` over its own lines, as one relation (provider + LINE_KEY_COLUMNS)."""
+    selects = [
+        f"SELECT {lit(prov)} AS provider, CAST(k.x_LineItemId AS VARCHAR) AS x_LineItemId, "
+        "CAST(k.price_key AS VARCHAR) AS price_key, CAST(k.region AS VARCHAR) AS region, "
+        "CAST(k.unit AS VARCHAR) AS unit, CAST(k.currency AS VARCHAR) AS currency, "
+        "CAST(k.quantity AS DECIMAL(38,12)) AS quantity "
+        f"FROM (WITH l AS (SELECT * FROM line_items WHERE x_Provider = {lit(prov)}) {mod.keys_sql()}) k"
+        for prov, mod in parts()
+    ]
+    return " UNION ALL ".join(selects) or (
+        "SELECT NULL::VARCHAR AS provider, NULL::VARCHAR AS x_LineItemId, NULL::VARCHAR AS price_key, "
+        "NULL::VARCHAR AS region, NULL::VARCHAR AS unit, NULL::VARCHAR AS currency, "
+        "NULL::DECIMAL(38,12) AS quantity WHERE FALSE")
+
+
+def _on_demand_case() -> str:
+    whens = " ".join(f"WHEN {lit(prov)} THEN ({mod.is_on_demand_sql()})" for prov, mod in parts())
+    return f"(CASE l.x_Provider {whens} ELSE FALSE END)" if whens else "FALSE"
+
+
+def _has_prices_part_case() -> str:
+    provs = ", ".join(lit(p) for p, _ in parts())
+    return f"l.x_Provider IN ({provs})" if provs else "FALSE"
+
+
+def _money(x: Decimal) -> Decimal:
+    return x.quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
+
+
+def classify(con: duckdb.DuckDBPyConnection) -> None:
+    """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
+    but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``."""
+    from billing_audit.ddl import PRICE_TABLES
+
+    if not _has(con, "price_references"):  # a store that never held a reference
+        con.execute(PRICE_TABLES[0])
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot AS
+        SELECT l.x_LineItemId, l.x_Provider, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
+               l.BillingCurrency AS billing_currency, l.x_ListCostSource AS list_source,
+               CASE WHEN {export_od_case()} > 0 THEN CAST({export_od_case()} AS DECIMAL(38,12)) END AS export_od,
+               {_has_prices_part_case()} AS has_part
+        FROM line_items l JOIN line_categories c ON c.x_LineItemId = l.x_LineItemId
+        WHERE c.category = 'spot_compute'""")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_keys AS {_keys_sql()}")
+    # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
+    rows = con.execute(f"""
+        SELECT k.provider, k.price_key, k.region, k.unit, k.currency,
+               sum(coalesce(l.EffectiveCost, l.BilledCost)) AS cost, sum(k.quantity) AS qty, count(*) AS n,
+               min(l.ChargePeriodStart) AS first, max(l.ChargePeriodEnd) AS last
+        FROM ba_keys k JOIN line_items l ON l.x_LineItemId = k.x_LineItemId
+        WHERE {_on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, l.BilledCost) > 0
+          AND l.BillingCurrency = k.currency
+          AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM ba_spot)
+        GROUP BY ALL""").fetchall()
+    bill = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_bill (provider VARCHAR, price_key VARCHAR, region VARCHAR, "
+                "unit VARCHAR, currency VARCHAR, unit_price DECIMAL(38,12), n BIGINT, first TIMESTAMP, last TIMESTAMP)")
+    if bill:
+        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", bill)
+    con.execute("""CREATE OR REPLACE TEMP TABLE ba_ref AS
+        SELECT * EXCLUDE (rn) FROM (
+          SELECT s.x_LineItemId, r.unit_price, r.kind, r.source, r.source_row, r.fetched_at, r.description,
+                 r.effective_from, r.effective_to,
+                 row_number() OVER (PARTITION BY s.x_LineItemId ORDER BY (r.kind = 'negotiated') DESC,
+                   r.fetched_at DESC, (r.region IS NULL), r.effective_from DESC NULLS LAST, r.source, r.source_row) AS rn
+          FROM ba_spot s JOIN ba_keys k ON k.x_LineItemId = s.x_LineItemId
+          JOIN price_references r ON r.provider = s.x_Provider AND r.price_key = k.price_key
+            AND (r.region IS NULL OR r.region = k.region) AND r.unit IS NOT DISTINCT FROM k.unit
+            AND r.currency = k.currency AND r.unit_price > 0
+            AND (r.effective_from IS NULL OR r.effective_from <= s.cps)
+            AND (r.effective_to IS NULL OR s.cps < r.effective_to)
+          WHERE s.export_od IS NULL AND k.quantity > 0 AND k.currency = s.billing_currency) t
+        WHERE rn = 1""")
+    ref_cost = "CAST(CAST(r.unit_price AS DECIMAL(38,12)) * CAST(k.quantity AS DECIMAL(38,10)) AS DECIMAL(38,12))"
+    bill_cost = "CAST(CAST(b.unit_price AS DECIMAL(38,12)) * CAST(k.quantity AS DECIMAL(38,10)) AS DECIMAL(38,12))"
+    billable = "k.quantity > 0 AND k.currency = s.billing_currency"
+    src = (f"CASE WHEN s.export_od IS NOT NULL THEN 'export' WHEN r.x_LineItemId IS NOT NULL THEN 'reference' "
+           f"WHEN b.provider IS NOT NULL AND {billable} THEN 'bill' END")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot_od AS
+        SELECT x_LineItemId, x_Provider,
+          CASE od_source WHEN 'export' THEN export_od WHEN 'reference' THEN ref_cost WHEN 'bill' THEN bill_cost END
+            AS od_cost,
+          od_source,
+          CASE od_source WHEN 'reference' THEN ref_price WHEN 'bill' THEN bill_price END AS od_unit_price,
+          price_key, region, unit, currency, quantity,
+          CASE od_source
+            WHEN 'export' THEN 'the export: ' || coalesce(list_source, 'ListCost')
+            WHEN 'reference' THEN ref_source || coalesce(' row ' || ref_row, '') || ' (' || ref_kind || ' price)'
+            WHEN 'bill' THEN 'the bill: ' || bill_n || ' on-demand line(s) of ' || price_key || ' in the store, '
+                             || strftime(bill_first, '%Y-%m-%d') || ' to ' || strftime(bill_last, '%Y-%m-%d')
+          END AS price_ref,
+          CASE od_source WHEN 'reference' THEN ref_kind WHEN 'bill' THEN 'bill' WHEN 'export' THEN 'export' END
+            AS price_kind,
+          CASE od_source WHEN 'reference' THEN ref_fetched WHEN 'bill' THEN bill_last END AS price_as_of,
+          CASE WHEN od_source IS NOT NULL THEN NULL
+            WHEN NOT has_part THEN 'the export has no on-demand price for this line (' || coalesce(list_source, '?')
+                                   || ') and its provider has no price references'
+            WHEN price_key IS NULL THEN 'the export has no on-demand price for this line (' || coalesce(list_source, '?')
+                                        || ') and its usage has no known on-demand counterpart'
+            WHEN NOT (quantity > 0) THEN 'the line has no usage quantity to price'
+            WHEN currency IS DISTINCT FROM billing_currency THEN 'the on-demand price is in ' || coalesce(currency, '?')
+                 || ', the line is billed in ' || coalesce(billing_currency, '?')
+            ELSE 'no price reference of ' || price_key || coalesce(' in ' || region, '') || ' (' || coalesce(unit, '?')
+                 || ', ' || currency || ') covers ' || coalesce(strftime(cps, '%Y-%m-%d %H:%M'), 'its charge period')
+                 || ' and the bill holds none bought on demand: run `billing-audit prices pull ' || x_Provider || '`'
+          END AS reason
+        FROM (
+          SELECT s.*, k.price_key, k.region, k.unit, k.currency, k.quantity, {src} AS od_source,
+                 {ref_cost} AS ref_cost, r.unit_price AS ref_price, r.source AS ref_source, r.source_row AS ref_row,
+                 r.kind AS ref_kind, r.fetched_at AS ref_fetched,
+                 {bill_cost} AS bill_cost, b.unit_price AS bill_price, b.n AS bill_n, b.first AS bill_first,
+                 b.last AS bill_last
+          FROM ba_spot s
+          LEFT JOIN ba_keys k ON k.x_LineItemId = s.x_LineItemId
+          LEFT JOIN ba_ref r ON r.x_LineItemId = s.x_LineItemId
+          LEFT JOIN ba_bill b ON b.provider = s.x_Provider AND b.price_key = k.price_key
+            AND b.region IS NOT DISTINCT FROM k.region AND b.unit IS NOT DISTINCT FROM k.unit
+            AND b.currency = k.currency) x""")
+    for t in ("ba_spot", "ba_keys", "ba_bill", "ba_ref"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def build_spot_od(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
+    """Fill ``spot_od`` for the lines stored now (inside the caller's transaction); returns the spot lines."""
+    from billing_audit.ddl import PRICE_TABLES
+
+    for stmt in PRICE_TABLES:
+        con.execute(stmt)
+    classify(con)
+    con.execute("DELETE FROM spot_od")
+    con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
+    con.execute("DROP TABLE ba_spot_od")
+    row = con.execute("SELECT count(*) FROM spot_od").fetchone()
+    return int(row[0]) if row else 0
+
+
+def has_spot_od(con: duckdb.DuckDBPyConnection) -> bool:
+    return _has(con, "spot_od")
+
+
+def reprice(con: duckdb.DuckDBPyConnection) -> int | None:
+    """After references changed: the on-demand equivalents and the report's line groups again, in one
+    transaction, when the store has a completed tag run of its lines (else None: the next tag run does it)."""
+    from billing_audit.rollup import build_groups, completed_tag_run
+
+    run_id = completed_tag_run(con)
+    if run_id is None:
+        return None
+    con.execute("BEGIN TRANSACTION")
+    try:
+        n = build_spot_od(con, run_id)
+        build_groups(con, run_id)
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    return n
+
+
+# -- what the pull needs, what is held ------------------------------------------------------------------------------
+def needs(con: duckdb.DuckDBPyConnection, provider: str | None = None) -> list[PriceNeed]:
+    """The on-demand prices the store's spot lines need: lines without the export's on-demand cost and without a
+    covering reference (priced by the bill or not at all), per provider, key, region, unit and currency."""
+    from billing_audit.rollup import NO_TAG_RUN, completed_tag_run
+
+    if completed_tag_run(con) is None:
+        raise BillingAuditError(NO_TAG_RUN + " (the spot lines are the tag run's)")
+    classify(con)
+    where = "" if provider is None else f" AND o.x_Provider = {lit(provider)}"
+    rows = con.execute(f"""
+        SELECT o.x_Provider, o.price_key, o.region, o.unit, o.currency, min(l.ChargePeriodStart),
+               max(l.ChargePeriodEnd), count(*), min(coalesce(l.ChargeDescription, l.x_UsageType))
+        FROM ba_spot_od o JOIN line_items l ON l.x_LineItemId = o.x_LineItemId
+        WHERE (o.od_source IS NULL OR o.od_source = 'bill') AND o.price_key IS NOT NULL
+          AND o.quantity > 0 AND o.currency IS NOT DISTINCT FROM l.BillingCurrency{where}
+        GROUP BY ALL ORDER BY ALL""").fetchall()
+    con.execute("DROP TABLE ba_spot_od")
+    return [PriceNeed(provider=r[0], price_key=r[1], region=r[2], unit=r[3], currency=r[4], first=r[5], last=r[6],
+                      lines=int(r[7]), description=r[8]) for r in rows]
+
+
+def references(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The references held, per provider and kind."""
+    if not _has(con, "price_references"):
+        return []
+    cur = con.execute("""SELECT provider, kind, count(*) AS refs, count(DISTINCT price_key) AS keys,
+        count(DISTINCT source) AS sources, min(fetched_at) AS oldest, max(fetched_at) AS newest
+        FROM price_references GROUP BY ALL ORDER BY provider, kind""")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def coverage(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Per provider and currency: the spot lines and their cost, and how much of it has an on-demand equivalent
+    from each source (from the last tag run's ``spot_od``)."""
+    if not _has(con, "spot_od"):
+        return []
+    cur = con.execute("""SELECT o.x_Provider AS provider, l.BillingCurrency AS currency, count(*) AS spot_lines,
+        sum(l.EffectiveCost) AS spot_cost,
+        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'export'), 0) AS priced_by_export,
+        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'reference'), 0) AS priced_by_reference,
+        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'bill'), 0) AS priced_by_bill,
+        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source IS NULL), 0) AS unpriced,
+        count(*) FILTER (WHERE o.od_source IS NULL) AS unpriced_lines
+        FROM spot_od o JOIN line_items l ON l.x_LineItemId = o.x_LineItemId GROUP BY ALL ORDER BY ALL""")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def line(con: duckdb.DuckDBPyConnection, line_item_id: str) -> dict[str, Any] | None:
+    """How one spot line's on-demand equivalent was found (its ``spot_od`` row), or None (not a spot line)."""
+    if not _has(con, "spot_od"):
+        return None
+    cur = con.execute("SELECT * FROM spot_od WHERE x_LineItemId = ?", [line_item_id])
+    row = cur.fetchone()
+    return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
+
+
+def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                      "AND schema_name = 'main' AND table_name = ?", [table]).fetchone()
+    return bool(row and row[0])
+
+
+def iter_refs(con: duckdb.DuckDBPyConnection) -> Iterator[PriceRef]:
+    """Every reference held (tests, exports)."""
+    for r in con.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM price_references ORDER BY ALL").fetchall():
+        yield PriceRef(*r)
