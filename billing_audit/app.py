@@ -35,6 +35,8 @@ from billing_audit.store import IngestReport, Progress
 if TYPE_CHECKING:
     from billing_audit.config import Config
     from billing_audit.engines import EngineOptions
+    from billing_audit.prices import PriceNeed, PricePuller
+    from billing_audit.pricing import PriceLoad
     from billing_audit.report import Report
     from billing_audit.rules import Rule, RuleSet
     from billing_audit.search import SearchResult
@@ -77,13 +79,19 @@ def owners(db: str) -> pl.DataFrame:
 class Explanation:
     line: dict[str, Any]  # the canonical line item
     hits: list[dict[str, Any]]  # rule_id, category, reason, run_id of every rule that matched it
+    # a spot line's on-demand equivalent and how it was found (its spot_od row: od_cost, od_source, price_ref,
+    # od_unit_price, price_as_of, reason ...); None for a line that is not spot compute (or not tagged yet)
+    on_demand: dict[str, Any] | None = None
 
 
 def explain(db: str, line_item_id: str) -> Explanation:
-    """One line item and every rule that matched it."""
+    """One line item, every rule that matched it, and for a spot line how its on-demand equivalent was found."""
+    from billing_audit import pricing
+
     with billing_audit.open(db, read_only=True) as store:
         line, hits = store.explain(line_item_id)
-    return Explanation(line, hits)
+        od = pricing.line(store.con, line_item_id)
+    return Explanation(line, hits, od)
 
 
 def lines_export(db: str, folder: str | Path, period: str | None = None) -> int:
@@ -551,6 +559,87 @@ def pull(source: str, options: PullOptions, db: str, *, say: Callable[[Message],
             report = p.ingest(store, fetched, ingest_progress)
     return PullResult(ingest=report, failed=fetched.failed or bool(report is not None and report.failed),
                       error=fetched.error)
+
+
+# -- price references ---------------------------------------------------------------------------------------------
+def prices_ingest(db: str, paths: Sequence[str | Path], *, wait: float | None = None,
+                  on_wait: Callable[[str], None] | None = None) -> PriceLoad:
+    """Load price-reference files (or folders of them) into ``db``, one transaction per file; a file that is not
+    a price file is an error naming it.  The store's spot lines are priced again when it has a current tag run."""
+    from billing_audit import pricing
+
+    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+        load = pricing.load_files(store.con, [Path(p) for p in paths])
+        if load.added or load.replaced:
+            load.repriced = pricing.reprice(store.con)
+        return load
+
+
+@dataclass
+class PricePull:
+    provider: str
+    needs: list[PriceNeed]  # what the spot lines needed (empty: nothing was fetched)
+    files: list[Path] = field(default_factory=list)  # what the puller wrote
+    load: PriceLoad | None = None  # what loading them did
+
+
+def prices_cache(db: str, provider: str) -> Path:
+    """Where ``prices pull`` keeps what it fetched: beside the store, ``billing-audit-cache/prices/<provider>``."""
+    from billing_audit.store import resolve_db
+
+    return resolve_db(db).resolve().parent / "billing-audit-cache" / "prices" / provider
+
+
+def prices_needs(db: str, provider: str | None = None) -> list[PriceNeed]:
+    """The on-demand prices the store's spot lines need (no usable export price, no covering reference)."""
+    from billing_audit import pricing
+
+    with billing_audit.open(db, read_only=True) as store:
+        return pricing.needs(store.con, provider)
+
+
+def prices_pull(db: str, provider: str, options: Any, *, puller: PricePuller | None = None,
+                progress: Callable[[str], None] | None = None, wait: float | None = None,
+                on_wait: Callable[[str], None] | None = None) -> PricePull:
+    """Fetch the references the store's spot lines of ``provider`` need through its ``prices_pull`` part (or
+    ``puller``) into the cache beside the store (``options.cache`` when the puller has one), then load them
+    exactly as ``prices ingest`` does.  Nothing needed: nothing is fetched."""
+    from billing_audit import pricing, registry
+
+    if puller is None:
+        if not registry.has_part(provider, "prices_pull"):
+            have = ", ".join(registry.with_part("prices_pull")) or "none"
+            raise BillingAuditError(f"connector {provider!r} cannot pull price references (those that can: {have}); "
+                                    "save its price files and run `billing-audit prices ingest FILE`")
+        puller = registry.part(provider, "prices_pull").PULLER
+    assert puller is not None
+    needs = prices_needs(db, provider)
+    result = PricePull(provider, needs)
+    if not needs:
+        return result
+    cache = getattr(options, "cache", None)
+    dest = Path(cache) if cache else prices_cache(db, provider)
+    dest.mkdir(parents=True, exist_ok=True)
+    result.files = list(puller.fetch(needs, dest, options, progress))
+    with billing_audit.open(db, wait=wait, on_wait=on_wait) as store:
+        result.load = pricing.load_files(store.con, result.files) if result.files else pricing.PriceLoad()
+        if result.load.added or result.load.replaced:
+            result.load.repriced = pricing.reprice(store.con)
+    return result
+
+
+@dataclass
+class PriceListing:
+    references: list[dict[str, Any]]  # per provider and kind: refs, keys, sources, oldest, newest
+    coverage: list[dict[str, Any]]  # per provider and currency: spot cost, priced by source, unpriced
+
+
+def prices_list(db: str) -> PriceListing:
+    """The references held, and how much of the store's spot cost has an on-demand price from each source."""
+    from billing_audit import pricing
+
+    with billing_audit.open(db, read_only=True) as store:
+        return PriceListing(pricing.references(store.con), pricing.coverage(store.con))
 
 
 def validate(paths: Sequence[str | Path]) -> list[Any]:

@@ -347,10 +347,9 @@ def _money(x: Decimal) -> Decimal:
 def classify(con: duckdb.DuckDBPyConnection) -> None:
     """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
     but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``."""
-    from billing_audit.ddl import PRICE_TABLES
-
-    if not _has(con, "price_references"):  # a store that never held a reference
-        con.execute(PRICE_TABLES[0])
+    if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
+        cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot AS
         SELECT l.x_LineItemId, l.x_Provider, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
                l.BillingCurrency AS billing_currency, l.x_ListCostSource AS list_source,

@@ -149,8 +149,9 @@ def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
     unpriced = row["spot_unpriced_cost"]
     if od is None:
         # no spot line has an on-demand equivalent (the export's, a price reference's or the bill's)
-        review.append(f"no on-demand price is known for this spot usage, so spot savings cannot be measured "
-                      f"(add price references: `billing-audit prices pull {row['provider']}`)")
+        review.append(f"no on-demand price is known for this job's spot usage ({unpriced:.2f} {cur} of spot cost has "
+                      f"no on-demand price in the export, the price references or the bill), so its spot savings "
+                      f"cannot be measured: add price references (`billing-audit prices pull {row['provider']}`)")
     elif unpriced:
         review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price (neither in the export nor in the "
                       "price references), so it is left out of the measured savings")

@@ -140,8 +140,31 @@ def validate(paths: Sequence[str | os.PathLike[str]]) -> list[FileValidation]:
     return out
 
 
+def _price_file(path: Path) -> FileValidation | None:
+    """A price-reference file (``prices ingest`` reads it): its format, references and the months its prices
+    take effect in; a reference it cannot read is its error."""
+    from billing_audit import pricing
+
+    found = pricing.sniff(path)
+    if found is None:
+        return None
+    shown = display_name(path)
+    res = FileValidation(shown, found[1].id, found[1].title)
+    try:
+        refs = list(found[1].read(path))
+    except InputError as e:
+        res.findings.append(Finding("File-E-002", "error", e.reason, row=e.row, column=e.column))
+        return res
+    res.rows = len(refs)
+    res.periods = sorted({(r.effective_from or r.fetched_at).strftime("%Y-%m") for r in refs})
+    return res
+
+
 def _validate_file(con: duckdb.DuckDBPyConnection, path: Path) -> list[FileValidation]:
     results: list[FileValidation] = []
+    price = _price_file(path)
+    if price is not None:
+        return [price]
     try:
         with readable(path) as parts:
             for local, display in parts:

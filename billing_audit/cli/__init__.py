@@ -32,6 +32,7 @@ def _register() -> None:
         generate_cmd,
         ingest_cmd,
         lines_export_cmd,
+        prices_cmd,
         pull_cmd,
         report_cmd,
         rules_cmd,
@@ -42,7 +43,7 @@ def _register() -> None:
     )
 
     for module in (ingest_cmd, summary_cmd, tag_cmd, rules_cmd, explain_cmd, report_cmd, lines_export_cmd, search_cmd,
-                   pull_cmd, generate_cmd, validate_cmd):
+                   pull_cmd, prices_cmd, generate_cmd, validate_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
 

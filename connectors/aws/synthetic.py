@@ -155,11 +155,14 @@ def _aws_pools(rng: random.Random) -> list[Pool]:
             product_tenancy="Shared", product_vcpu=str(vcpu), product_memory=mem, product_gpu=str(gpu),
             **region_bits(reg), **ec2_tags(team, job, "train", f"{job}-worker-{k // 48}"),
         )
+        # one spot pool in eight has no public on-demand price, as real CURs have (0 on SpotUsage lines: a
+        # missing price, which price references or the bill's own on-demand lines have to fill)
+        public = 0.0 if k % 8 == 5 else od_rate
         spot.append(base(
             line_item_usage_type=f"{reg[1]}SpotUsage:{itype}", line_item_operation="RunInstances:SV001",
-            line_item_unblended_rate=f"{spot_rate:.10f}", rate=spot_rate, od_rate=od_rate,
+            line_item_unblended_rate=f"{spot_rate:.10f}", rate=spot_rate, od_rate=public,
             line_item_line_item_description=f"{itype} Linux/UNIX Spot Instance-hour in {reg[2]}",
-            pricing_public_on_demand_rate=f"{od_rate:.10f}", pricing_term="", pricing_unit="Hrs",
+            pricing_public_on_demand_rate=f"{public:.10f}", pricing_term="", pricing_unit="Hrs",
             partial_permille=120, normalization_factor=float(vcpu), **common,
         ))
         if k % 6 == 0:

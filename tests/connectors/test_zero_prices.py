@@ -25,18 +25,27 @@ def test_2018_cur_spot_lines_with_zero_on_demand_cost(db: Path) -> None:
         rows = store.con.execute(
             "SELECT x_UsageType, PricingCategory, BilledCost, ListCost, ListUnitPrice, x_ListCostSource, Tags "
             "FROM line_items ORDER BY x_SourceRow").fetchall()
-        spot = [r for r in rows if r[1] == "Dynamic"]
-        assert [(r[2], r[3], r[4], r[5]) for r in spot] == [
-            (Decimal("7.344"), None, None, "missing: pricing_public_on_demand_cost = 0"),
-            (Decimal("7.344"), None, None, "missing: pricing_public_on_demand_cost = 0"),
-            (Decimal("3.672"), None, None, "missing: pricing_public_on_demand_cost = 0"),
+        spot = [r for r in rows if "SpotUsage:" in (r[0] or "")]
+        missing = "missing: pricing_public_on_demand_cost = 0"
+        assert [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in spot] == [
+            ("USE1-SpotUsage:p3.16xlarge", "Dynamic", Decimal("7.344"), None, None, missing),
+            ("USE1-SpotUsage:p3.16xlarge", "Dynamic", Decimal("7.344"), None, None, missing),
+            ("USE1-SpotUsage:p3.16xlarge", "Dynamic", Decimal("3.672"), None, None, missing),
+            ("USE1-SpotUsage:p3.2xlarge", "Dynamic", Decimal("0.918"), None, None, missing),
+            ("USE1-SpotUsage:p3.2xlarge", "Dynamic", Decimal("0.918"), None, None, missing),
+            ("USE1-SpotUsage:p3.8xlarge", "Dynamic", Decimal("3.672"), None, None, missing),
+            ("USE1-SpotUsage:p3.8xlarge", "Dynamic", Decimal("3.672"), None, None, missing),
+            ("USE1-SpotUsage:c5.large", "Dynamic", Decimal("0.0331"), None, None, missing),
         ]
         # costCategory/* and resourceTags/noTags are ignored; real tags still read
-        assert {json.dumps(r[6], sort_keys=True) for r in spot} == {'{"team": "vision", "training_job": "detr-2018"}'}
+        assert json.dumps(spot[0][6], sort_keys=True) == '{"team": "vision", "training_job": "detr-2018"}'
         assert rows[3][3:6] == (Decimal("6.12"), Decimal("3.06"), "pricing_public_on_demand_cost")
-        assert rows[4][3] == Decimal("1.30")  # tax keeps its cost
+        assert rows[10][0] == "USE1-BoxUsage:c5.large" and rows[10][3:6] == (
+            Decimal("0.085"), Decimal("0.085"), "pricing_public_on_demand_cost")
+        assert rows[11][3] == Decimal("1.30")  # tax keeps its cost
         log = store.con.execute("SELECT format, periods, cost_total FROM ingest_log").fetchall()
-        assert log == [("aws-cur", "2018-06", {"USD": Decimal("25.78")})]
+        # 25.78 + 0.918 + 0.918 + 3.672 + 0.16 (restart fee) + 3.672 + 0.0331 + 0.085
+        assert log == [("aws-cur", "2018-06", {"USD": Decimal("35.2381")})]
 
 
 def test_cur2_with_split_cost_allocation_and_cost_categories(db: Path) -> None:
@@ -103,12 +112,13 @@ def test_report_leaves_unpriced_spot_out_of_savings(db: Path) -> None:
     vit = jobs["vit-ea-4"]
     assert vit["spot_compute_cost"] == Decimal("29.384")
     assert vit["spot_unpriced_cost"] == Decimal("29.384")
-    assert vit["on_demand_equivalent_cost"] == 0
-    assert vit["gross_spot_savings"] == 0  # not -29.384
+    # no priced spot line: the savings are not measured (n/a), neither 0 nor -29.384
+    assert vit["on_demand_equivalent_cost"] is None
+    assert vit["gross_spot_savings"] is None and vit["net_spot_savings"] is None
     assert vit["savings_eroded_pct"] is None
     assert vit["recommendation"] == "review"
     assert any("29.38 USD of spot cost has no on-demand price" in r for r in vit["reasons"])
-    detr = jobs["detr-2018"]
+    detr = jobs["detr-2018"]  # no price references loaded here
     assert (detr["spot_compute_cost"], detr["spot_unpriced_cost"], detr["gross_spot_savings"]) == (
-        Decimal("18.36"), Decimal("18.36"), 0)
+        Decimal("18.36"), Decimal("18.36"), None)
     assert detr["recommendation"] == "review"

@@ -92,19 +92,20 @@ def test_json_shape() -> None:
     assert doc["summary"] == {"files": 1, "errors": 0, "warnings": 1}
     (f,) = doc["files"]
     assert set(f) == {"file", "status", "format", "format_title", "rows", "cost", "periods", "charge_dates", "findings"}
-    assert f["format"] == "aws-cur" and f["status"] == "warnings" and f["rows"] == 5
-    assert f["cost"] == {"USD": "25.780000000000"} and f["periods"] == ["2018-06"]
+    assert f["format"] == "aws-cur" and f["status"] == "warnings" and f["rows"] == 12
+    # 25.78 (issue #14's lines) + yolo 0.918 + 0.918 + 3.672 + fee 0.16 + bert 3.672 + c5 spot 0.0331 + c5 0.085
+    assert f["cost"] == {"USD": "35.238100000000"} and f["periods"] == ["2018-06"]
     assert set(f["charge_dates"]) == {"from", "to"} and f["charge_dates"]["from"].startswith("2018-06")
     (finding,) = f["findings"]
     assert set(finding) == {"id", "severity", "message", "lines", "row", "column"}
-    assert finding["id"] == "ListCost-W-001" and finding["severity"] == "warning" and finding["lines"] == 3
+    assert finding["id"] == "ListCost-W-001" and finding["severity"] == "warning" and finding["lines"] == 8  # spot
     assert isinstance(finding["row"], int)
 
 
 def test_strict_makes_warnings_fail() -> None:
     assert CliRunner().invoke(main, ["validate", str(CUR_2018)]).exit_code == 0
     r = CliRunner().invoke(main, ["validate", str(CUR_2018), "--strict"])
-    assert r.exit_code == 1 and "[ListCost-W-001]" in r.stdout and "(3 lines)" in r.stdout
+    assert r.exit_code == 1 and "[ListCost-W-001]" in r.stdout and "(8 lines)" in r.stdout
 
 
 def _focus(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
