@@ -60,6 +60,7 @@ class AzurePricesOptions(BaseModel):
                            json_schema_extra={"metavar": "SECONDS"})
     timeout: float = Field(60.0, gt=0, le=600, description="HTTP timeout in seconds.",
                            json_schema_extra={"metavar": "SECONDS"})
+    quiet: bool = Field(False, description="No progress lines.", json_schema_extra={"flag": "-q/--quiet"})
 
 
 @dataclass(frozen=True)

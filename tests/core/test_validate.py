@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 
 import billing_audit
-from billing_audit import pricing
 from billing_audit.cli import main
 from billing_audit.deliveries import walk
 from support import FIXTURES
@@ -29,42 +28,16 @@ def _json(args: list[str]) -> tuple[int, dict]:  # type: ignore[type-arg]
     return r.exit_code, json.loads(r.stdout)
 
 
-def _export_fixtures() -> list[Path]:
-    """Every fixture folder but the price-reference files (validate describes exports; the price files are
-    checked by test_every_price_fixture_loads_as_price_references)."""
-    def has_prices(folder: Path) -> bool:
-        return any(pricing.is_price_file(f) for f in folder.rglob("*") if f.is_file())
-
-    out = []
-    for p in sorted(q for q in FIXTURES.iterdir() if q.is_dir()):  # the generator scripts beside them are no data
-        if has_prices(p):
-            out += [q for q in sorted(p.iterdir()) if q.is_dir() and not has_prices(q)]
-        else:
-            out.append(p)
-    return out
-
-
 def test_every_fixture_is_described_and_none_has_errors(tmp_path: Path) -> None:
     os.chdir(tmp_path)  # nothing may be written where it runs
-    paths = _export_fixtures()
-    code, doc = _json([str(p) for p in paths])
+    code, doc = _json([str(FIXTURES)])
     assert code == 0
-    data, _, _ = walk(paths)
+    data, _, _ = walk([FIXTURES])
     zips = [p for p in data if p.suffix == ".zip"]
     assert len(doc["files"]) == len(data) - len(zips) + sum(1 for f in doc["files"] if "!" in f["file"])
     assert all(f["status"] in ("ok", "warnings") for f in doc["files"])
     assert all(f["format"] and f["rows"] > 0 and f["periods"] for f in doc["files"])
     assert list(tmp_path.iterdir()) == []
-
-
-def test_every_price_fixture_loads_as_price_references(tmp_path: Path) -> None:
-    data, _, _ = walk([FIXTURES])
-    price_files = [p for p in data if pricing.is_price_file(p)]
-    assert price_files  # fixtures/azure-prices (gen_azure_prices.py)
-    with billing_audit.open(tmp_path / "s.duckdb") as s:
-        load = pricing.load_files(s.con, price_files)
-    assert not load.errors, load.errors
-    assert all(f.status == "loaded" and f.rows > 0 for f in load.files)
 
 
 @pytest.mark.parametrize("name", ["fixtures/gcp/standard-ndjson", "fixtures/azure/payg-mosp-csv",

@@ -15,12 +15,13 @@ from billing_audit.prices import COLUMNS, LINE_KEY_COLUMNS, PriceRef
 from connectors.azure import prices
 from support import FIXTURES
 
-AP = FIXTURES / "azure-prices"
+AP = FIXTURES / "prices" / "azure"
 PAGE1 = AP / "retail-prices" / "vm-usd-page-1.json"
 PAGE2 = AP / "retail-prices" / "vm-usd-page-2.json"
 EUR = AP / "retail-prices" / "vm-eur-page-1.json"
 MCA_SHEET = AP / "price-sheets" / "mca-price-sheet.csv"
 EA_SHEET = AP / "price-sheets" / "ea-price-sheet.csv"
+SCENARIO = FIXTURES / "azure-spot-scenario"
 D = Decimal
 
 
@@ -45,7 +46,7 @@ def test_each_file_is_recognised_as_its_format_and_nothing_else() -> None:
     assert _fmt(MCA_SHEET) == ["azure-price-sheet-mca"]
     assert _fmt(EA_SHEET) == ["azure-price-sheet-ea"]
     # cost details carry prices too, but they are bills, not price lists
-    for f in (AP / "mca-spot-scenario").rglob("*.*"):
+    for f in SCENARIO.rglob("*.*"):
         assert _fmt(f) == [], f
     for f in (FIXTURES / "azure" / "ea-actual-csv").rglob("*.csv"):
         assert _fmt(f) == [], f
@@ -178,7 +179,6 @@ def test_region_names_normalise_to_arm_region_names(text: str, code: str | None)
 
 # -- keys_sql over a real store --------------------------------------------------------------------------
 
-SCENARIO = AP / "mca-spot-scenario"
 MOSP = FIXTURES / "azure" / "payg-mosp-csv"
 EA = FIXTURES / "azure" / "ea-actual-csv"
 FOCUS = FIXTURES / "focus" / "azure-focus-1.2"
@@ -218,7 +218,7 @@ def keyed(db: Path) -> list[tuple[object, ...]]:
 
 
 def test_keys_of_the_scenario_lines_match_the_price_files(keyed: list[tuple[object, ...]]) -> None:
-    got = {r[1:9] + (r[9] is True,) for r in keyed if r[0] == "azure-prices/mca-spot-scenario"}
+    got = {r[1:9] + (r[9] is True,) for r in keyed if r[0] == "azure-spot-scenario/costexports"}
     assert got == {
         # Linux A100 spot in eastus: its on-demand counterpart, retail
         ("NC24ads A100 v4 Spot", "Spot", "nc24ads a100 v4|linux", "eastus", "1 Hour", "USD", D(10),
@@ -239,7 +239,7 @@ def test_keys_of_the_scenario_lines_match_the_price_files(keyed: list[tuple[obje
 
 
 def test_keys_of_the_other_azure_formats(keyed: list[tuple[object, ...]]) -> None:
-    got = {(r[0], r[1], r[3], r[4], r[9] is True) for r in keyed if r[0] != "azure-prices/mca-spot-scenario"}
+    got = {(r[0], r[1], r[3], r[4], r[9] is True) for r in keyed if r[0] != "azure-spot-scenario/costexports"}
     assert got == {
         # pay-as-you-go (MOSP): spot, Low Priority (no PricingModel: from the meter name) and on-demand
         ("azure/payg-mosp-csv", "NC24ads A100 v4 Spot", "nc24ads a100 v4|linux", "eastus", False),
@@ -255,7 +255,7 @@ def test_keys_of_the_other_azure_formats(keyed: list[tuple[object, ...]]) -> Non
         ("focus/azure-focus-1.2", "D4s v5", "d4s v5|linux", "eastus", True),
     }
     # every one of them finds its retail price
-    found = {(r[3], r[4], r[8]) for r in keyed if r[0] != "azure-prices/mca-spot-scenario"}
+    found = {(r[3], r[4], r[8]) for r in keyed if r[0] != "azure-spot-scenario/costexports"}
     assert found == {("nc24ads a100 v4|linux", "eastus", "retail 3.673000000000"),
                      ("nc6s v3|linux", "eastus", "retail 3.060000000000"),
                      ("d4s v5|linux", "eastus", "negotiated 0.172800000000, retail 0.192000000000")}

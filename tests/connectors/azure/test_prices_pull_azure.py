@@ -20,7 +20,7 @@ from connectors.azure.prices_pull import AzurePricePuller, AzurePricesOptions, q
 from peers_azure_prices import RetailPricesPeer, parse_filter, serve
 from support import FIXTURES
 
-PAGES = FIXTURES / "azure-prices" / "retail-prices"
+PAGES = FIXTURES / "prices" / "azure" / "retail-prices"
 D = Decimal
 
 

@@ -1,5 +1,5 @@
 """Azure spot savings measured end to end: the MCA scenario export plus the price files
-(fixtures/gen_azure_prices.py), then `prices pull azure` against a local Retail Prices API for what is left.
+(fixtures/gen_azure_prices.py: fixtures/azure-spot-scenario, fixtures/prices/azure), then `prices pull azure` against a local Retail Prices API for what is left.
 
 The scenario (October 2026, USD; the export prices every spot meter at the spot rate, so it says nothing about
 on-demand prices):
@@ -43,7 +43,8 @@ from connectors.azure.prices_pull import AzurePricePuller, AzurePricesOptions
 from peers_azure_prices import RetailPricesPeer, serve
 from support import FIXTURES
 
-AP = FIXTURES / "azure-prices"
+AP = FIXTURES / "prices" / "azure"
+SCENARIO = FIXTURES / "azure-spot-scenario"
 D = Decimal
 NO_ESTIMATES = Config(estimates=Estimates(enabled=False))
 
@@ -62,7 +63,7 @@ def _close(got: Any, want: str) -> None:
 @pytest.fixture
 def store(db: Path) -> Any:
     with billing_audit.open(db) as s:
-        report = s.ingest([AP])
+        report = s.ingest([SCENARIO, AP])
         assert not report.errors, report.errors
         assert report.prices is not None and report.prices.added == 12
         s.tag()
@@ -115,8 +116,8 @@ def test_each_spot_line_says_where_its_on_demand_price_came_from(store: billing_
         "SELECT l.SkuMeter, l.RegionId, o.price_key, o.region, o.quantity, o.od_unit_price, o.od_cost, o.od_source, "
         "o.price_kind, o.price_ref, o.reason FROM spot_od o JOIN line_items l USING (x_LineItemId) ORDER BY 1, 2"
     ).fetchall()
-    page1 = str(Path("fixtures/azure-prices/retail-prices/vm-usd-page-1.json"))
-    sheet = str(Path("fixtures/azure-prices/price-sheets/mca-price-sheet.csv"))
+    page1 = str(Path("fixtures/prices/azure/retail-prices/vm-usd-page-1.json"))
+    sheet = str(Path("fixtures/prices/azure/price-sheets/mca-price-sheet.csv"))
     got = [(r[0], r[1], r[2], r[3], D(r[4]), r[5] and D(r[5]), r[6] and D(r[6]), r[7], r[8]) for r in rows]
     assert got == [
         ("NC24ads A100 v4 Spot", "eastus", "nc24ads a100 v4|linux", "eastus", D(10), D("3.673"), D("36.73"),
@@ -187,3 +188,38 @@ def test_pull_prices_what_is_left_and_a_second_pull_fetches_nothing(store: billi
         assert len(peer.log) == asked  # nothing was fetched
         # re-loading the pulled pages changes nothing
         assert pricing.load_files(store.con, [dest]).added == 0
+
+
+def test_the_pull_command_and_explain(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+
+    db = tmp_path / "store.duckdb"
+    with billing_audit.open(db) as s:
+        assert not s.ingest([SCENARIO, AP]).errors
+        s.tag()
+        spot = s.con.execute("SELECT x_LineItemId FROM line_items WHERE SkuMeter = 'ND96asr A100 v4 Spot'").fetchone()
+    assert spot is not None
+    runner = CliRunner()
+    r = runner.invoke(main, ["explain", spot[0], "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "no price reference of nd96asr a100 v4|linux in westus2" in r.output
+    with serve(RetailPricesPeer(_items(), page_size=1, fail=[429], retry_after="0")) as peer:
+        base = f"{peer.url}/api/retail/prices?api-version=2023-01-01-preview"
+        r = runner.invoke(main, ["prices", "pull", "azure", "--base-url", base, "--backoff", "0", "--db", str(db)])
+        assert r.exit_code == 0, r.output
+        assert "2 on-demand price(s) needed by 2 spot line(s); 2 file(s) fetched" in r.output
+        assert "retry 1/5 in 0s" in r.output
+        cache = tmp_path / "billing-audit-cache" / "prices" / "azure"
+        assert sorted(p.name for p in cache.iterdir()) == [
+            "azure-retail-usd-swedencentral-nc24ads-a100-v4-p001.json",
+            "azure-retail-usd-westus2-nd96asr-a100-v4-p001.json"]
+        asked = len(peer.log)
+        r = runner.invoke(main, ["prices", "pull", "azure", "--base-url", base, "--db", str(db)])
+        assert r.exit_code == 0, r.output
+        assert "nothing to pull" in r.output
+        assert len(peer.log) == asked
+    r = runner.invoke(main, ["explain", spot[0], "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "azure-retail-usd-westus2-nd96asr-a100-v4-p001.json" in r.output and "108.788" in r.output
