@@ -1,5 +1,6 @@
 """Azure spot savings measured end to end: the MCA scenario export plus the price files
-(fixtures/gen_azure_prices.py: fixtures/azure-spot-scenario, fixtures/prices/azure), then `prices pull azure` against a local Retail Prices API for what is left.
+(fixtures/gen_azure_prices.py: fixtures/azure-spot-scenario, fixtures/prices/azure), then `prices pull azure`
+against a local Retail Prices API for what is left.
 
 The scenario (October 2026, USD; the export prices every spot meter at the spot rate, so it says nothing about
 on-demand prices):
