@@ -12,6 +12,10 @@ What comes back is four small result sets in one (a ``kind`` column tells them a
 provider, currency, day and category (``agg``); spot hours per job (``hours``); each spot resource's run
 (``res``); hits per rule (``rule``).  They land in the local store (:func:`store_results`) and the report
 layer reads them exactly as it reads the local engine's.
+
+Spot savings are measured here with the export's own on-demand cost only (:func:`billing_audit.rollup.export_od`,
+the providers' ``export_od_sql()``): an engine has no price references and no ``spot_od`` (the local tag run's
+on-demand equivalents from references and the bill), so what the export leaves unpriced stays unpriced.
 """
 
 from __future__ import annotations

@@ -155,7 +155,30 @@ WITH line_items AS (
       WHEN line_item_line_item_type LIKE 'SavingsPlan%'
       THEN 'SavingsPlan'
       ELSE NULLIF(pricing_term, '')
-    END AS x_PricingModel
+    END AS x_PricingModel,
+    CASE
+      WHEN (
+        NOT pricing_public_on_demand_cost IS NULL
+        AND NOT (
+          pricing_public_on_demand_cost = 0
+          AND (
+            COALESCE(line_item_unblended_cost, 0) <> 0
+            AND line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage')
+          )
+        )
+      )
+      THEN 'pricing_public_on_demand_cost'
+      WHEN (
+        COALESCE(line_item_unblended_cost, 0) <> 0
+        AND line_item_line_item_type IN ('Usage', 'DiscountedUsage', 'SavingsPlanCoveredUsage')
+      )
+      THEN CASE
+        WHEN pricing_public_on_demand_cost = 0
+        THEN 'missing: pricing_public_on_demand_cost = 0'
+        ELSE 'missing: pricing_public_on_demand_cost empty'
+      END
+      ELSE 'line_item_unblended_cost (no public price in export)'
+    END AS x_ListCostSource
   FROM cur_db.cur2_export
   WHERE
     billing_period = '2026-11'
@@ -601,14 +624,107 @@ WITH line_items AS (
     ) AS hours,
     SUM(
       CASE
-        WHEN c.rank = 6 AND COALESCE(l.ListCost, 0) > COALESCE(l.EffectiveCost, 0)
+        WHEN c.rank = 6
+        THEN CAST(CASE
+          WHEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          ) > 0
+          THEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          )
+        END AS DECIMAL(38, 12))
+      END
+    ) AS od,
+    SUM(
+      CASE
+        WHEN c.rank = 6
+        AND NOT (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN 1
         ELSE 0
       END
     ) AS priced_effective,
     SUM(
       CASE
-        WHEN c.rank = 6 AND l.ListCost IS NULL
+        WHEN c.rank = 6
+        AND (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN COALESCE(l.EffectiveCost, 0)
         ELSE 0
       END
@@ -688,6 +804,7 @@ WITH line_items AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
+    g0.od AS od,
     g0.priced_effective AS priced_effective,
     g0.unpriced_effective AS unpriced_effective
   FROM g0
@@ -851,7 +968,8 @@ WITH line_items AS (
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
     SUM(g.priced_effective) AS priced,
-    SUM(g.unpriced_effective) AS unpriced
+    SUM(g.unpriced_effective) AS unpriced,
+    SUM(g.od) AS od_cost
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -966,7 +1084,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced
+  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced,
+  CAST(od_cost AS DECIMAL(38, 12)) AS od_cost
 FROM ba_agg
 UNION ALL
 SELECT
@@ -988,7 +1107,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1010,7 +1130,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1032,5 +1153,6 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   rule_id AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM fired

@@ -173,7 +173,34 @@ WITH line_items AS (
           ELSE 'Commitment'
         END
       END
-    ) AS x_PricingModel
+    ) AS x_PricingModel,
+    CASE
+      WHEN (
+        NOT ListCost IS NULL
+        AND NOT (
+          ListCost = 0
+          AND (
+            LOWER(COALESCE(ChargeCategory, '')) = 'usage'
+            AND (
+              COALESCE(BilledCost, 0) <> 0 OR COALESCE(EffectiveCost, 0) <> 0
+            )
+          )
+        )
+      )
+      THEN 'ListCost'
+      WHEN (
+        LOWER(COALESCE(ChargeCategory, '')) = 'usage'
+        AND (
+          COALESCE(BilledCost, 0) <> 0 OR COALESCE(EffectiveCost, 0) <> 0
+        )
+      )
+      THEN CASE
+        WHEN ListCost = 0
+        THEN 'missing: ListCost = 0'
+        ELSE 'missing: ListCost empty'
+      END
+      ELSE 'BilledCost (no ListCost in export)'
+    END AS x_ListCostSource
   FROM cur_db.focus_export
   WHERE
     billing_period = '2026-11'
@@ -619,14 +646,107 @@ WITH line_items AS (
     ) AS hours,
     SUM(
       CASE
-        WHEN c.rank = 6 AND COALESCE(l.ListCost, 0) > COALESCE(l.EffectiveCost, 0)
+        WHEN c.rank = 6
+        THEN CAST(CASE
+          WHEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          ) > 0
+          THEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          )
+        END AS DECIMAL(38, 12))
+      END
+    ) AS od,
+    SUM(
+      CASE
+        WHEN c.rank = 6
+        AND NOT (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN 1
         ELSE 0
       END
     ) AS priced_effective,
     SUM(
       CASE
-        WHEN c.rank = 6 AND l.ListCost IS NULL
+        WHEN c.rank = 6
+        AND (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN COALESCE(l.EffectiveCost, 0)
         ELSE 0
       END
@@ -706,6 +826,7 @@ WITH line_items AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
+    g0.od AS od,
     g0.priced_effective AS priced_effective,
     g0.unpriced_effective AS unpriced_effective
   FROM g0
@@ -869,7 +990,8 @@ WITH line_items AS (
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
     SUM(g.priced_effective) AS priced,
-    SUM(g.unpriced_effective) AS unpriced
+    SUM(g.unpriced_effective) AS unpriced,
+    SUM(g.od) AS od_cost
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -984,7 +1106,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced
+  CAST(unpriced AS DECIMAL(38, 12)) AS unpriced,
+  CAST(od_cost AS DECIMAL(38, 12)) AS od_cost
 FROM ba_agg
 UNION ALL
 SELECT
@@ -1006,7 +1129,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1028,7 +1152,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1050,5 +1175,6 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS s,
   CAST(NULL AS TIMESTAMP) AS e,
   rule_id AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM fired

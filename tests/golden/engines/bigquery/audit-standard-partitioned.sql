@@ -885,14 +885,107 @@ WITH gcp_fields AS (
     ) AS hours,
     SUM(
       CASE
-        WHEN c.rank = 6 AND COALESCE(l.ListCost, 0) > COALESCE(l.EffectiveCost, 0)
+        WHEN c.rank = 6
+        THEN CAST(CASE
+          WHEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          ) > 0
+          THEN (
+            CASE l.x_Provider
+              WHEN 'aws'
+              THEN (
+                CASE
+                  WHEN l.ListCost > 0
+                  AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                  THEN l.ListCost
+                END
+              )
+              ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+            END
+          )
+        END AS BIGNUMERIC)
+      END
+    ) AS od,
+    SUM(
+      CASE
+        WHEN c.rank = 6
+        AND NOT (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN 1
         ELSE 0
       END
     ) AS priced_effective,
     SUM(
       CASE
-        WHEN c.rank = 6 AND l.ListCost IS NULL
+        WHEN c.rank = 6
+        AND (
+          CASE
+            WHEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            ) > 0
+            THEN (
+              CASE l.x_Provider
+                WHEN 'aws'
+                THEN (
+                  CASE
+                    WHEN l.ListCost > 0
+                    AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
+                    THEN l.ListCost
+                  END
+                )
+                ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
+              END
+            )
+          END
+        ) IS NULL
         THEN COALESCE(l.EffectiveCost, 0)
         ELSE 0
       END
@@ -1080,6 +1173,7 @@ WITH gcp_fields AS (
     g0.list AS list,
     g0.fee_n AS fee_n,
     g0.hours AS hours,
+    g0.od AS od,
     g0.priced_effective AS priced_effective,
     g0.unpriced_effective AS unpriced_effective
   FROM g0
@@ -1243,7 +1337,8 @@ WITH gcp_fields AS (
     SUM(g.list) AS list_cost,
     SUM(g.fee_n) AS fee_n,
     SUM(g.priced_effective) AS priced,
-    SUM(g.unpriced_effective) AS unpriced
+    SUM(g.unpriced_effective) AS unpriced,
+    SUM(g.od) AS od_cost
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1358,7 +1453,8 @@ SELECT
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
   CAST(NULL AS STRING) AS rule_id,
-  CAST(unpriced AS BIGNUMERIC) AS unpriced
+  CAST(unpriced AS BIGNUMERIC) AS unpriced,
+  CAST(od_cost AS BIGNUMERIC) AS od_cost
 FROM ba_agg
 UNION ALL
 SELECT
@@ -1380,7 +1476,8 @@ SELECT
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
   CAST(NULL AS STRING) AS rule_id,
-  CAST(NULL AS BIGNUMERIC) AS unpriced
+  CAST(NULL AS BIGNUMERIC) AS unpriced,
+  CAST(NULL AS BIGNUMERIC) AS od_cost
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1402,7 +1499,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS STRING) AS rule_id,
-  CAST(NULL AS BIGNUMERIC) AS unpriced
+  CAST(NULL AS BIGNUMERIC) AS unpriced,
+  CAST(NULL AS BIGNUMERIC) AS od_cost
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1424,5 +1522,6 @@ SELECT
   CAST(NULL AS DATETIME) AS s,
   CAST(NULL AS DATETIME) AS e,
   rule_id AS rule_id,
-  CAST(NULL AS BIGNUMERIC) AS unpriced
+  CAST(NULL AS BIGNUMERIC) AS unpriced,
+  CAST(NULL AS BIGNUMERIC) AS od_cost
 FROM fired
