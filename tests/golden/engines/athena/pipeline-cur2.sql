@@ -636,6 +636,10 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS DECIMAL(38, 12))
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -648,6 +652,10 @@ WITH line_items AS (
                   AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                   THEN l.ListCost
                 END
+              )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -670,6 +678,10 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -682,6 +694,10 @@ WITH line_items AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -707,6 +723,10 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -719,6 +739,10 @@ WITH line_items AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END

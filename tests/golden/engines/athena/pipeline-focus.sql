@@ -658,6 +658,10 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS DECIMAL(38, 12))
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -670,6 +674,10 @@ WITH line_items AS (
                   AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                   THEN l.ListCost
                 END
+              )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -692,6 +700,10 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -704,6 +716,10 @@ WITH line_items AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -729,6 +745,10 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -741,6 +761,10 @@ WITH line_items AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END

@@ -897,6 +897,10 @@ WITH gcp_fields AS (
                   THEN l.ListCost
                 END
               )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS BIGNUMERIC)
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -909,6 +913,10 @@ WITH gcp_fields AS (
                   AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                   THEN l.ListCost
                 END
+              )
+              WHEN 'azure'
+              THEN (
+                CAST(NULL AS BIGNUMERIC)
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -931,6 +939,10 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS BIGNUMERIC)
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -943,6 +955,10 @@ WITH gcp_fields AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -968,6 +984,10 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS BIGNUMERIC)
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -980,6 +1000,10 @@ WITH gcp_fields AS (
                     AND l.x_ListCostSource IN ('pricing_public_on_demand_cost', 'ListCost')
                     THEN l.ListCost
                   END
+                )
+                WHEN 'azure'
+                THEN (
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
