@@ -1,7 +1,9 @@
 """Synthetic Azure Cost Management EA cost details at scale (the 2024 EA column set, UTF-8 BOM, M/D/YYYY
 dates, decimal strings, ``Tags`` JSON without braces), a "create new report" run folder
 ``<out>/costexports/ea/20261001-20261031/<export>/<yyyyMMddHHmm>/<runId>/part_K_0001.csv`` with its
-``manifest.json``; parts of at most 1M rows.  Restart fees read "Spot Restart Fee".
+``manifest.json``; parts of at most 1M rows.  Restart fees read "Spot Restart Fee".  As in real EA files, spot
+meters ("... Spot") are priced at the spot rate and carry no ``PayGPrice`` (the export cannot say what the hours
+would have cost on demand: that comes from price references, ``billing-audit prices``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def _azure_pools(rng: random.Random) -> list[Pool]:
         )
         t.update(kw)
         t["UnitPrice"] = t["EffectivePrice"] = t["PayGPrice"] = t["price"]
+        if t.get("MeterName", "").endswith((" Spot", " Low Priority")):
+            t["PayGPrice"] = ""  # EA leaves PayGPrice empty on spot meters; their price is the spot rate
         if t.get("ResourceId") and not t.get("ResourceName"):
             t["ResourceName"] = t["ResourceId"].rsplit("/", 1)[-1]
         return t

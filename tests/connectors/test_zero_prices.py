@@ -102,22 +102,28 @@ def test_gcp_zero_cost_at_list_on_a_costed_line(tmp_path: Path, db: Path) -> Non
 
 
 def test_report_leaves_unpriced_spot_out_of_savings(db: Path) -> None:
-    """ea-currency-column: two spot lines (29.384 USD) with PayGPrice 0. Before, their NULL list cost
-    counted as 0 and the job showed -29.38 of 'savings'; now they are unpriced spot cost."""
+    """ea-currency-column: two spot lines (24 h + 16 h of NC24ads A100 v4 Spot at 0.7346 = 29.384 USD) with
+    PayGPrice 0. Before, their NULL list cost counted as 0 and the job showed -29.38 of 'savings'.  The export
+    says nothing about their on-demand price, but the same bill holds the same meter bought on demand in the
+    same region (4 h for 13.224: 3.306 an hour), so the Azure price part prices them from the bill:
+    40 h x 3.306 = 132.24 on demand, gross savings 132.24 - 29.384 = 102.856 (no overhead in this export).
+    The 2018 CUR's detr-2018 has no price anywhere (no references loaded here): unpriced, n/a."""
     store = _ingest(db, FIXTURES / "azure/ea-currency-column", FIXTURES / "aws/cur-2018-csv")
     with store:
         store.tag()
         report = build_report(store, Config())
+        sources = store.con.execute(
+            "SELECT DISTINCT o.od_source, o.od_unit_price FROM spot_od o JOIN line_items l USING (x_LineItemId) "
+            "WHERE l.x_Provider = 'azure'").fetchall()
+    assert sources == [("bill", Decimal("3.306"))]
     jobs = {r["job"]: r for r in report.jobs.iter_rows(named=True)}
     vit = jobs["vit-ea-4"]
     assert vit["spot_compute_cost"] == Decimal("29.384")
-    assert vit["spot_unpriced_cost"] == Decimal("29.384")
-    # no priced spot line: the savings are not measured (n/a), neither 0 nor -29.384
-    assert vit["on_demand_equivalent_cost"] is None
-    assert vit["gross_spot_savings"] is None and vit["net_spot_savings"] is None
-    assert vit["savings_eroded_pct"] is None
-    assert vit["recommendation"] == "review"
-    assert any("29.38 USD of spot cost has no on-demand price" in r for r in vit["reasons"])
+    assert vit["spot_unpriced_cost"] == 0
+    assert vit["on_demand_equivalent_cost"] == Decimal("132.24")
+    assert vit["gross_spot_savings"] == Decimal("102.856")
+    assert vit["net_spot_savings"] == Decimal("102.856")
+    assert vit["recommendation"] == "keep_spot"
     detr = jobs["detr-2018"]  # no price references loaded here
     assert (detr["spot_compute_cost"], detr["spot_unpriced_cost"], detr["gross_spot_savings"]) == (
         Decimal("18.36"), Decimal("18.36"), None)

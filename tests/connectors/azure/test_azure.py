@@ -131,12 +131,18 @@ def test_mca_is_billed_in_eur_with_list_cost_in_billing_currency(everything: bil
 def test_list_cost_sources(everything: billing_audit.Store) -> None:
     src = dict(
         everything.con.execute(
-            "SELECT regexp_extract(x_SourceFile, 'azure/([^/]+)/', 1), "
+            "SELECT regexp_extract(x_SourceFile, 'fixtures/azure/([^/]+)/', 1), "
             "string_agg(DISTINCT x_ListCostSource, ';' ORDER BY x_ListCostSource) "
             "FROM line_items GROUP BY 1"
         ).fetchall()
     )
-    assert src["ea-actual-csv"] == "CostInBillingCurrency (no pay-as-you-go price in export);PayGPrice * Quantity"
+    assert src["ea-actual-csv"] == ("CostInBillingCurrency (no pay-as-you-go price in export);PayGPrice * Quantity;"
+                                    "missing: PayGPrice empty")
+    # EA leaves PayGPrice empty on spot meters: their list cost is unknown (NULL), never the spot cost or 0
+    spot = everything.con.execute(
+        "SELECT ListCost, x_ListCostSource, count(*) FROM line_items WHERE x_SourceFile LIKE '%ea-actual-csv%' "
+        "AND SkuMeter = 'NC24ads A100 v4 Spot' AND x_LineItemType = 'Usage' GROUP BY ALL").fetchall()
+    assert spot == [(None, "missing: PayGPrice empty", 4)]
     assert src["ea-old-parquet"] == "CostInBillingCurrency (no pay-as-you-go price in export)"
     assert _one(
         everything,

@@ -636,9 +636,9 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -653,9 +653,9 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -678,9 +678,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -695,9 +695,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -723,9 +723,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -740,9 +740,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END

@@ -658,9 +658,9 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -675,9 +675,9 @@ WITH line_items AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS DECIMAL(38, 12))
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -700,9 +700,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -717,9 +717,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -745,9 +745,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -762,9 +762,9 @@ WITH line_items AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS DECIMAL(38, 12))
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END

@@ -897,9 +897,9 @@ WITH gcp_fields AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS BIGNUMERIC)
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -914,9 +914,9 @@ WITH gcp_fields AS (
                   THEN l.ListCost
                 END
               )
-              WHEN 'gcp'
+              WHEN 'azure'
               THEN (
-                NULL
+                CAST(NULL AS BIGNUMERIC)
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -939,9 +939,9 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -956,9 +956,9 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -984,9 +984,9 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -1001,9 +1001,9 @@ WITH gcp_fields AS (
                     THEN l.ListCost
                   END
                 )
-                WHEN 'gcp'
+                WHEN 'azure'
                 THEN (
-                  NULL
+                  CAST(NULL AS BIGNUMERIC)
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
