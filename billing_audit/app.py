@@ -328,11 +328,28 @@ def export(db: str, out_file: str | Path | None, by: str = "team", fmt: str = "c
     with billing_audit.open(db, read_only=True) as store:
         periods = [period] if period else store_periods(store)
         reports = [build_report(store, cfg, p, basis) for p in periods]
+        totals = store_totals(store, periods, basis)
     df = outputs.export_frame(reports, by)
     if out_file is not None:
         check_out_folder(Path(out_file))
         outputs.write_export(df, fmt, Path(out_file))
+        out = Path(out_file)
+        outputs.write_export(outputs.export_totals(df, totals), fmt, out.with_name(out.stem + ".totals" + out.suffix))
     return df
+
+
+def store_totals(store: Any, periods: Sequence[str], basis: str = "effective") -> dict[tuple[str, str], Decimal]:
+    """The store's own total cost per billing period and currency (on `basis`), straight from its lines: what the
+    export's rows must add up to."""
+    from billing_audit.rollup import COST_BASES, period_filter
+
+    out: dict[tuple[str, str], Decimal] = {}
+    for p in periods:
+        rows = store.con.execute(
+            f"SELECT coalesce(BillingCurrency, '?'), sum(coalesce({COST_BASES[basis]}, 0)) FROM line_items l "
+            f"WHERE {period_filter(p, 'l.BillingPeriodStart')} GROUP BY 1").fetchall()
+        out.update({(p, c): v for c, v in rows})
+    return out
 
 
 def export_text(df: pl.DataFrame, fmt: str) -> str:
@@ -355,7 +372,7 @@ def render_report(report: Report, fmt: str) -> str:
     if fmt == "csv":
         from billing_audit import inert
 
-        return inert.csv_text(report.jobs.drop("reasons").with_columns(report.jobs["reasons"].list.join("; ").alias("reasons")))
+        return inert.csv_text(outputs.finance_rows(report, "job"))
     if fmt == "markdown":
         return outputs.markdown(report)
     if fmt == "html":
@@ -433,11 +450,10 @@ def audit(db: str, paths: Sequence[str | Path], out_dir: str | Path = "audit-rep
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
     (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
-    jobs = rep.jobs.with_columns(rep.jobs["reasons"].list.join("; ").alias("reasons"))
     with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
-        inert.write_csv(jobs, f)
+        inert.write_csv(outputs.finance_rows(rep, "job"), f)
     with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
-        inert.write_csv(rep.teams, f)
+        inert.write_csv(outputs.finance_rows(rep, "team"), f)
     return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run)
 
 

@@ -45,12 +45,23 @@ class Attribution(_Strict):
 class JobEstimate(_Strict):
     checkpoint_interval_minutes: float | None = Field(default=None, gt=0)
     restart_minutes: float | None = Field(default=None, ge=0)
+    restart_window_periods: int | None = Field(default=None, ge=0)  # N charge periods after an interruption's
+
+
+# Restart windows: checkpoint re-reads and egress count as interruption overhead in the charge period that holds
+# an interruption of the same job and the next N charge periods.  Hourly exports: the interruption's hour and the
+# 3 after (a replacement waits for capacity, then reads the checkpoint); daily exports: the day and the next (an
+# interruption late in the day is re-read after midnight).
+HOURLY_WINDOW = 3
+DAILY_WINDOW = 1
 
 
 class Estimates(_Strict):
     enabled: bool = True
     checkpoint_interval_minutes: float = Field(default=30, gt=0)
     restart_minutes: float = Field(default=5, ge=0)
+    restart_window_hourly_periods: int = Field(default=HOURLY_WINDOW, ge=0)
+    restart_window_daily_periods: int = Field(default=DAILY_WINDOW, ge=0)
     jobs: dict[str, JobEstimate] = Field(default_factory=dict)
 
 
@@ -81,6 +92,11 @@ class Config(_Strict):
 
     def overlap_policy(self) -> OverlapPolicy:
         return OverlapPolicy(keep=self.exports.keep, prefer=tuple(self.exports.prefer))
+
+    def window_overrides(self) -> dict[str, int]:
+        """Jobs with their own restart window (charge periods after the interruption's), by job name."""
+        return {j.strip().lower(): o.restart_window_periods for j, o in self.estimates.jobs.items()
+                if o.restart_window_periods is not None}
 
     def job_minutes(self, job: str) -> tuple[float, float]:
         """(checkpoint interval, restart minutes) for a job, with its overrides."""

@@ -29,6 +29,7 @@ import polars as pl
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, prepare
+from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
 MONEY_FIELDS = [
@@ -39,9 +40,12 @@ MONEY_FIELDS = [
     "other_compute_charges",
     "storage_reread_cost",
     "checkpoint_egress_cost",
+    "billed_interruption_overhead",
     "recompute_cost_estimate",
     "restart_idle_cost_estimate",
+    "estimated_interruption_overhead",
     "hidden_overhead_total",
+    "checkpoint_io_unlinked",
     "net_spot_savings",
 ]
 JOB_FIELDS = [
@@ -49,6 +53,14 @@ JOB_FIELDS = [
     *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
 ]
 JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost"]
+# The finance columns, in this order in every CSV and export (report --format csv, audit's jobs.csv and teams.csv,
+# export): after the row's keys (period, then job/team/provider/currency as the file is grouped).
+FINANCE_COLUMNS = [
+    "interruptions", "restart_fees", "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost",
+    "billed_interruption_overhead", "recompute_cost_estimate", "restart_idle_cost_estimate",
+    "estimated_interruption_overhead", "hidden_overhead_total", "checkpoint_io_unlinked", "spot_compute_cost",
+    "on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "total_cost",
+]
 
 
 @dataclass
@@ -91,36 +103,96 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
-# job ran on with another taking over within 6 hours: the churn that infers interruptions.
-CHURN_CTES = """churn AS (
-  SELECT a.job, a.team, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n
+# job ran on with another taking over within 6 hours: the churn that infers interruptions (one at each stop).
+STOPPED_CTE = """stopped AS (
+  SELECT a.job, a.team, a.provider, a.currency, a.e
   FROM ba_spot_res a
   WHERE a.e < (SELECT max(z.e) FROM ba_spot_res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
     AND EXISTS (SELECT 1 FROM ba_spot_res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
                 AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
-  GROUP BY ALL
+)"""
+CHURN_CTES = STOPPED_CTE + """,
+churn AS (SELECT job, team, provider, currency, CAST(e AS DATE) AS day, count(*) AS n FROM stopped GROUP BY ALL)"""
+ROW_KEY = "job, team, provider, currency"
+
+
+def window_ctes(cfg: Config) -> str:
+    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
+    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
+    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
+    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
+    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
+    line's period is the interruption's or one of the N after it)."""
+    e = cfg.estimates
+    overrides = cfg.window_overrides()
+    default = (f"CASE WHEN ck.e - ck.s <= INTERVAL 1 HOUR THEN {int(e.restart_window_hourly_periods)} "
+               f"ELSE {int(e.restart_window_daily_periods)} END")
+    n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
+                 + f" ELSE {default} END") if overrides else default
+    same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
+    return f"""src AS (
+  SELECT {ROW_KEY},
+    CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
+         WHEN coalesce(sum(n) FILTER (WHERE signal), 0) <> 0 THEN 'signals' ELSE 'inferred' END AS source
+  FROM ba_agg GROUP BY ALL
+),
+ev AS (
+  SELECT w.job, w.team, w.provider, w.currency, w.s AS ts, w.e AS te FROM ba_win w JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'fee_lines' AND w.category = 'restart_fee' AND coalesce(w.fee_n, 0) <> 0
+    AND w.s IS NOT NULL AND w.e IS NOT NULL
+  UNION ALL
+  SELECT w.job, w.team, w.provider, w.currency, w.s, w.e FROM ba_win w JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'signals' AND w.signal AND w.s IS NOT NULL AND w.e IS NOT NULL
+  UNION ALL
+  SELECT st.job, st.team, st.provider, st.currency, CAST(NULL AS TIMESTAMP), st.e FROM stopped st JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'inferred'
+),
+ck AS (
+  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost FROM ba_win w
+  WHERE w.category IN ('storage_reread', 'checkpoint_egress') AND w.s IS NOT NULL AND w.e IS NOT NULL AND w.e > w.s
+),
+lk AS (
+  SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost
+  FROM ck WHERE EXISTS (
+    SELECT 1 FROM ev WHERE {same}
+      AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s)))
 )"""
 
-JOB_SQL = f"""
+
+def job_sql(cfg: Config) -> str:
+    """One row per job, team, provider and currency from the aggregates: the categories' sums, re-reads and egress
+    split into linked (in a restart window: interruption overhead) and unlinked (ordinary checkpointing)."""
+    return f"""
 WITH {CHURN_CTES},
+{window_ctes(cfg)},
+linked AS (
+  SELECT {ROW_KEY},
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_linked,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS egress_linked
+  FROM lk GROUP BY ALL
+),
 agg AS (
-  SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
+  SELECT {ROW_KEY}, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
     coalesce(sum(list_cost) FILTER (WHERE category = 'spot_compute'), 0) AS on_demand_equivalent_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
     coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
-    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS storage_reread_cost,
-    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_all,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS egress_all,
     sum(fee_n) AS fee_count,
     coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
     sum(priced) AS priced_spot_lines,
     coalesce(sum(unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS spot_unpriced_cost
   FROM ba_agg GROUP BY ALL
 )
-SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
+SELECT agg.* EXCLUDE (reread_all, egress_all),
+       coalesce(lnk.reread_linked, 0) AS storage_reread_cost, coalesce(lnk.egress_linked, 0) AS checkpoint_egress_cost,
+       agg.reread_all + agg.egress_all - coalesce(lnk.reread_linked, 0) - coalesce(lnk.egress_linked, 0)
+         AS checkpoint_io_unlinked,
+       coalesce(sh.spot_hours, 0) AS spot_hours,
        coalesce((SELECT sum(n) FROM churn c WHERE c.job = agg.job AND c.team = agg.team AND c.provider = agg.provider
                  AND c.currency = agg.currency), 0) AS churn_count
-FROM agg LEFT JOIN ba_spot_hours sh USING (job, team, provider, currency)
+FROM agg LEFT JOIN ba_spot_hours sh USING ({ROW_KEY}) LEFT JOIN linked lnk USING ({ROW_KEY})
 """
 
 
@@ -189,7 +261,10 @@ def _money(x: Decimal) -> Decimal:
 def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
                  engine_run: int | None = None) -> Report:
     """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
-    returned (`engine_run`, see billing_audit.engines) instead of the local lines when given."""
+    returned (`engine_run`, see billing_audit.engines) instead of the local lines when given.
+
+    One computation per billing period: a report over all periods (`period` None) is the sum of the per-period
+    rows (estimates included), so it equals ``export`` summed over its periods."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
     con = store.con
@@ -206,16 +281,45 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
         con.execute(LINE_CATEGORY_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW")
                     if store.read_only else LINE_CATEGORY_VIEW)
+    periods = store_periods(store) if period is None else [period]
+    if period is None and len(periods) > 1:
+        jobs: list[dict[str, Any]] = []
+        daily: list[dict[str, Any]] = []
+        for p in periods:
+            prepare(con, cfg, p, cost_basis)
+            jobs += _job_rows(con, cfg)
+            daily += _daily_rows(con, cfg)
+        return _report(store, cfg, None, cost_basis, _combine(jobs, cfg), daily, [], _rules_fired(store, None))
     prepare(con, cfg, period, cost_basis)
     return _build(store, cfg, period, cost_basis, [], _rules_fired(store, period))
 
 
-def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
-           rules_fired: pl.DataFrame) -> Report:
-    """The report from the aggregate temp tables (ba_agg, ba_spot_hours, ba_spot_res)."""
-    con = store.con
+def measured_savings(row: dict[str, Any]) -> Decimal | None:
+    """Gross spot savings, measured: the on-demand equivalent of the priced spot lines less their effective spot
+    cost; None (n/a) when no spot line has an on-demand price.  The one place every output takes it from."""
+    od = row.get("on_demand_equivalent_cost")
+    if od is None:
+        return None
+    return od - (row["spot_compute_cost"] - (row.get("spot_unpriced_cost") or 0))
+
+
+def _nsum(values: list[Any]) -> Any:
+    """A sum over rows where some figures are n/a: the sum of the measured ones; n/a when none is."""
+    got = [v for v in values if v is not None]
+    return sum(got[1:], got[0]) if got else None
+
+
+# what a job row is made of (summed when rows of several periods combine); the rest is derived from them
+BASE_SUMS = ["interruptions", "spot_compute_cost", "on_demand_equivalent_cost", "spot_unpriced_cost", "restart_fees",
+             "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked",
+             "recompute_cost_estimate", "restart_idle_cost_estimate", "total_cost", "lines", "priced_spot_lines"]
+SOURCES = ["fee_lines", "signals", "inferred"]
+
+
+def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
+    """The job rows of the aggregates prepared on `con` (one period, or one engine run)."""
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
-            for cur in [con.execute(JOB_SQL)] for r in cur.fetchall()]
+            for cur in [con.execute(job_sql(cfg))] for r in cur.fetchall()]
     jobs = []
     for row in rows:
         interruptions, source = _interruptions(row)
@@ -225,26 +329,70 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         est = cfg.estimates.enabled and row["job"] != UNATTRIBUTED
         recompute = _money(interruptions * Decimal(str(interval)) / 2 / 60 * rate) if est else None
         idle = _money(interruptions * Decimal(str(restart)) / 60 * rate) if est else None
-        # savings over the priced spot lines only: spot cost without a list price is not a loss of savings
-        gross = row["on_demand_equivalent_cost"] - (row["spot_compute_cost"] - row["spot_unpriced_cost"])
-        overhead = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
-                    + row["checkpoint_egress_cost"] + (recompute or 0) + (idle or 0))
-        out = {
+        jobs.append({
             "job": row["job"], "team": row["team"], "provider": row["provider"], "currency": row["currency"],
             "interruptions": interruptions, "interruptions_source": source,
             "spot_compute_cost": row["spot_compute_cost"],
             "on_demand_equivalent_cost": row["on_demand_equivalent_cost"],
-            "gross_spot_savings": gross,
             "restart_fees": row["restart_fees"], "other_compute_charges": row["other_compute_charges"],
             "storage_reread_cost": row["storage_reread_cost"], "checkpoint_egress_cost": row["checkpoint_egress_cost"],
+            "checkpoint_io_unlinked": row["checkpoint_io_unlinked"],
             "recompute_cost_estimate": recompute, "restart_idle_cost_estimate": idle,
-            "hidden_overhead_total": overhead, "net_spot_savings": gross - overhead,
-            "savings_eroded_pct": float(overhead / gross * 100) if gross > 0 else None,
-            "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": float(hours), "spot_hourly_cost": rate,
+            "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": hours,
             "priced_spot_lines": row["priced_spot_lines"], "spot_unpriced_cost": row["spot_unpriced_cost"],
-        }
-        out["recommendation"], out["reasons"] = _recommend(out, cfg)
-        jobs.append(out)
+        })
+    return jobs
+
+
+def _combine(rows: list[dict[str, Any]], cfg: Config) -> list[dict[str, Any]]:
+    """Rows of several periods as one row per job, team, provider and currency: every figure the sum of the
+    periods' (estimates as each period worked them out); the source names each source that counted."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["job"], r["team"], r["provider"], r["currency"]), []).append(r)
+    out = []
+    for (job, team, provider, currency), rs in groups.items():
+        row: dict[str, Any] = {"job": job, "team": team, "provider": provider, "currency": currency}
+        for c in BASE_SUMS:
+            row[c] = _nsum([r[c] for r in rs])
+        row["spot_hours"] = sum((r["spot_hours"] for r in rs), Decimal(0))
+        used = {r["interruptions_source"] for r in rs}
+        row["interruptions_source"] = "+".join(x for x in SOURCES if x in used) or "none"
+        out.append(row)
+    return out
+
+
+def _derive(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    """The figures made from a row's sums: rate, savings, overhead (billed, estimated, total), erosion, advice."""
+    hours = row["spot_hours"]
+    row["spot_hourly_cost"] = _money(row["spot_compute_cost"] / hours) if hours > 0 else Decimal(0)
+    row["spot_hours"] = float(hours)
+    gross = measured_savings(row)
+    billed = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
+              + row["checkpoint_egress_cost"])
+    est = [row["recompute_cost_estimate"], row["restart_idle_cost_estimate"]]
+    estimated = _nsum(est)
+    overhead = billed + (estimated or 0)
+    row.update({
+        "gross_spot_savings": gross, "billed_interruption_overhead": billed,
+        "estimated_interruption_overhead": estimated, "hidden_overhead_total": overhead,
+        "net_spot_savings": None if gross is None else gross - overhead,
+        "savings_eroded_pct": float(overhead / gross * 100) if gross is not None and gross > 0 else None,
+    })
+    row["recommendation"], row["reasons"] = _recommend(row, cfg)
+    return row
+
+
+def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
+           rules_fired: pl.DataFrame) -> Report:
+    """The report from the aggregate temp tables (ba_agg, ba_spot_hours, ba_spot_res, ba_win)."""
+    return _report(store, cfg, period, cost_basis, _job_rows(store.con, cfg), _daily_rows(store.con, cfg),
+                   warnings, rules_fired)
+
+
+def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows: list[dict[str, Any]],
+            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame) -> Report:
+    jobs = [_derive(r, cfg) for r in rows]
     jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
         ["hidden_overhead_total", "job", "team", "provider", "currency"],
         descending=[True, False, False, False, False], nulls_last=True,
@@ -254,8 +402,8 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         cost_basis=cost_basis,
         jobs=jobs_df,
         teams=_teams(jobs_df),
-        daily=_daily(con, jobs_df),
-        totals=_totals(con, jobs_df),
+        daily=_daily(daily, jobs_df),
+        totals=_totals(jobs_df),
         warnings=warnings,
         rules_fired=rules_fired,
         files=store.sql(
@@ -284,9 +432,14 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
 TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
 
 
+def _sum(c: str) -> pl.Expr:
+    """A column's sum where some rows are n/a (null): the measured rows' sum; null when none is measured."""
+    return pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+
+
 def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
     df = jobs.group_by(["team", "currency"]).agg(
-        [pl.col(c).sum() for c in TEAM_SUMS] + [pl.col("job").n_unique().alias("jobs")]
+        [_sum(c) for c in TEAM_SUMS] + [pl.col("job").n_unique().alias("jobs")]
     )
     df = df.with_columns(
         pl.when(pl.col("gross_spot_savings") > 0)
@@ -297,47 +450,63 @@ def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
     return df.sort(["hidden_overhead_total", "team", "currency"], descending=[True, False, False])
 
 
-def _totals(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
+def _totals(jobs: pl.DataFrame) -> pl.DataFrame:
     df = jobs.group_by("currency").agg(
-        [pl.col(c).sum() for c in TEAM_SUMS]
+        [_sum(c) for c in TEAM_SUMS]
         + [pl.col("lines").sum(),
            pl.col("total_cost").filter(pl.col("job") == UNATTRIBUTED).sum().alias("unattributed_cost")]
     )
     return df.sort("currency")
 
 
-def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
-    """Per job and day: interruptions (from the job's source) and overhead; spikes over 3x the median day."""
+def _daily_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
+    """Per job and day of the prepared aggregates: interruptions (from the job row's source), billed overhead
+    (fees, other compute charges, re-reads and egress in a restart window), spot cost and its on-demand price."""
     rows = con.execute(
         f"""
-        WITH d AS (
-          SELECT job, provider, currency, day,
+        WITH {CHURN_CTES},
+        {window_ctes(cfg)},
+        d AS (
+          SELECT job, team, provider, currency, day,
             sum(fee_n) AS fees,
             coalesce(sum(n) FILTER (WHERE signal), 0) AS signals,
-            coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
-                                                          'checkpoint_egress')), 0) AS overhead,
+            coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge')), 0) AS overhead,
+            coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot,
+            coalesce(sum(list_cost) FILTER (WHERE category = 'spot_compute'), 0) AS od,
             bool_or(category = 'spot_compute') AS ran
           FROM ba_agg WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
-        ),
-        {CHURN_CTES}
-        SELECT d.*, coalesce(c.n, 0) AS churn FROM d
-        LEFT JOIN (SELECT job, provider, currency, day, sum(n) AS n FROM churn GROUP BY ALL) c
-          USING (job, provider, currency, day)
-        ORDER BY job, provider, currency, day
+        )
+        SELECT d.job, d.provider, d.currency, d.day, d.fees, d.signals, d.overhead + coalesce(l.cost, 0), d.ran,
+               coalesce(c.n, 0) AS churn, src.source, d.spot, d.od FROM d
+        JOIN src USING ({ROW_KEY})
+        LEFT JOIN (SELECT {ROW_KEY}, day, sum(n) AS n FROM churn GROUP BY ALL) c USING ({ROW_KEY}, day)
+        LEFT JOIN (SELECT {ROW_KEY}, day, sum(cost) AS cost FROM lk GROUP BY ALL) l USING ({ROW_KEY}, day)
+        ORDER BY d.job, d.provider, d.currency, d.day
         """
     ).fetchall()
-    source = {(r["job"], r["provider"], r["currency"]): r["interruptions_source"] for r in jobs.iter_rows(named=True)}
     out: list[dict[str, Any]] = []
-    for job, provider, currency, day, fees, signals, overhead, ran, churn in rows:
-        src = source.get((job, provider, currency), "none")
+    for job, provider, currency, day, fees, signals, overhead, ran, churn, src, spot, od in rows:
         n = {"fee_lines": fees or 0, "signals": signals, "inferred": churn}.get(src, 0)
         out.append({"job": job, "provider": provider, "currency": currency, "day": day,
-                    "interruptions": Decimal(n), "overhead": overhead, "ran": bool(ran)})
-    df = pl.DataFrame(out, schema={"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
-                                   "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
-                                   "ran": pl.Boolean}, orient="row")
+                    "interruptions": Decimal(n), "overhead": overhead, "spot_cost": spot, "on_demand_cost": od,
+                    "ran": bool(ran)})
+    return out
+
+
+DAILY_SCHEMA = {"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
+                "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
+                "spot_cost": pl.Decimal(38, 12), "on_demand_cost": pl.Decimal(38, 12), "ran": pl.Boolean}
+
+
+def _daily(rows: list[dict[str, Any]], jobs: pl.DataFrame) -> pl.DataFrame:
+    """Per job and day (summed over periods): interruptions, overhead, spot cost and its on-demand price; spikes
+    over 3x the median day."""
+    df = pl.DataFrame(rows, schema=DAILY_SCHEMA, orient="row")
     if df.is_empty():
         return df.drop("ran").with_columns(pl.lit(False).alias("spike"))
+    keys = ["job", "provider", "currency", "day"]
+    df = df.group_by(keys).agg(pl.col("interruptions").sum(), pl.col("overhead").sum(), pl.col("spot_cost").sum(),
+                               pl.col("on_demand_cost").sum(), pl.col("ran").any()).sort(keys)
     median = (df.filter(pl.col("ran") | (pl.col("interruptions") > 0))
               .group_by(["job", "provider", "currency"])
               .agg(pl.col("interruptions").cast(pl.Float64).median().alias("median")))
@@ -346,7 +515,7 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
         (pl.col("interruptions").cast(pl.Float64) > 3 * pl.max_horizontal(pl.col("median").fill_null(0), pl.lit(1.0)))
         .alias("spike")
     )
-    return df.drop(["ran", "median"])
+    return df.drop(["ran", "median"]).sort(keys)
 
 
 def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:

@@ -74,7 +74,8 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
 @db_option
 @config_option()
 @period_option()
-@click.option("--by", type=click.Choice(["team", "job"]), default="team", show_default=True)
+@click.option("--by", type=click.Choice(["team", "job", "team,provider"]), default="team", show_default=True,
+              help="One row per period x team (or job, or team and provider) x currency.")
 @format_option("csv", "parquet", "json")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
               help="File to write (its folder must exist); - writes csv or json to stdout.")
@@ -85,7 +86,8 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
     """The finance file: per-team (or per-job) interruption surcharges.
 
     One row per billing period x team (or job) x currency with every component and
-    the total.  CSV is plain RFC 4180; text cells that start with = + - @ are
+    the total; a file beside it (NAME.totals.EXT) sums the rows per period and currency and
+    shows the store's own total cost beside them (ties: true).  CSV is plain RFC 4180; text cells that start with = + - @ are
     prefixed with ' so a tag value cannot become a spreadsheet formula.
 
     \b

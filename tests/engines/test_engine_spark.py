@@ -93,7 +93,7 @@ def test_spark_report_equals_the_local_report(stores: dict[str, Path], period: s
     assert remote.to_dict() == local
     assert remote.rules_fired.equals(fired_local)
     assert any(j["job"] == "alpha" for j in local["jobs"])
-    assert kinds <= {"agg", "hours", "res", "rule"} and "agg" in kinds  # only aggregates came back:
+    assert kinds <= {"agg", "hours", "res", "rule", "win"} and "agg" in kinds  # only aggregates came back:
     assert "x_LineItemId" not in columns  # no line ids, no per-line rows
 
 
