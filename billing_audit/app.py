@@ -390,6 +390,25 @@ def render_report(report: Report, fmt: str) -> str:
     raise BillingAuditError(f"--format {fmt!r}: expected table, json, csv, markdown or html")
 
 
+FAIL_ON = ("over_budget", "switch")
+
+
+def failing_rows(rep: Report, fail_on: Sequence[str]) -> list[str]:
+    """The job rows `fail_on` matches (``over_budget``: a budget broken; ``switch``: switch_to_on_demand), one
+    line each, naming the row and why: what ``--fail-on`` lists on stderr before exiting 1."""
+    bad = [f for f in fail_on if f not in FAIL_ON]
+    if bad:
+        raise BillingAuditError(f"--fail-on {bad[0]!r}: choose {' or '.join(FAIL_ON)}")
+    out = []
+    for r in rep.jobs.iter_rows(named=True):
+        who = f"{r['job']} ({r['team']}, {r['provider']}, {r['currency']})"
+        if "over_budget" in fail_on and r["over_budget"]:
+            out.append(f"over_budget: {who}: {'; '.join(r['budget_breaches'])}")
+        if "switch" in fail_on and r["recommendation"] == "switch_to_on_demand":
+            out.append(f"switch: {who}: {'; '.join(r['reasons'])}")
+    return out
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` (UTF-8); a folder that does not exist is an error (a typo, not a new folder)."""
     p = Path(path)

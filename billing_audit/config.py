@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import csv
+import re
 import tomllib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from billing_audit.deliveries import OverlapPolicy
 from billing_audit.errors import BillingAuditError
@@ -65,9 +66,37 @@ class Estimates(_Strict):
     jobs: dict[str, JobEstimate] = Field(default_factory=dict)
 
 
-class Budgets(_Strict):
-    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)
+class BudgetLimits(_Strict):
+    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)  # restart fees a job may have a month
     max_savings_erosion_pct: float | None = Field(default=None, ge=0)
+
+
+CURRENCY_KEY = re.compile(r"[A-Z]{3}")
+
+
+class Budgets(BudgetLimits):
+    """``[budgets]`` and ``[budgets.USD]``, ``[budgets.EUR]``, ...: a currency's own table applies to rows billed
+    in it; the plain ``[budgets]`` keys to every billing currency without a table of its own."""
+
+    currencies: dict[str, BudgetLimits] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_currency(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if "currencies" in data:
+                raise ValueError("unknown key 'currencies' (a currency's budgets are [budgets.USD], ...)")
+            cur = {k: data.pop(k) for k in list(data) if isinstance(k, str) and CURRENCY_KEY.fullmatch(k)}
+            if cur:
+                data["currencies"] = cur
+        return data
+
+    def for_currency(self, currency: str) -> tuple[BudgetLimits, str]:
+        """The limits for rows billed in `currency`, and the config table they come from."""
+        if currency in self.currencies:
+            return self.currencies[currency], f"budgets.{currency}"
+        return self, "budgets"
 
 
 class Exports(_Strict):
@@ -126,7 +155,7 @@ def load_config(path: str | Path | None) -> Config:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        key = ".".join(str(p) for p in err["loc"] if p != "currencies")
         if err["type"] == "extra_forbidden":
             raise BillingAuditError(f"{file}: unknown key {key!r}") from None
         raise BillingAuditError(f"{file}: key {key!r}: {err['msg']} (got {err.get('input')!r})") from None

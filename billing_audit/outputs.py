@@ -92,6 +92,8 @@ def rich_table(report: Report) -> Any:
     for row in report.jobs.iter_rows(named=True):
         cells = [_fmt(row[k], k) for k, _ in TABLE_COLUMNS]
         cells[4] = f"{cells[4]} ({row['interruptions_source']})" if row["interruptions_source"] != "none" else cells[4]
+        if row.get("over_budget"):
+            cells[-1] = f"{cells[-1]}, over budget"
         table.add_row(*(text(c) for c in cells))  # data, never markup
     return table
 
@@ -112,8 +114,8 @@ def rich_totals(report: Report) -> Any:
 EXPORT_COMPONENTS = FINANCE_COLUMNS
 EXPORT_KEYS = {"team": ["team", "currency"], "job": ["job", "team", "provider", "currency"],
                "team,provider": ["team", "provider", "currency"]}
-JOB_CSV_EXTRA = ["interruptions_source", "savings_eroded_pct", "recommendation", "reasons", "spot_hours",
-                 "spot_hourly_cost", "spot_unpriced_cost", "lines"]
+JOB_CSV_EXTRA = ["interruptions_source", "savings_eroded_pct", "recommendation", "over_budget", "budget_breaches",
+                 "reasons", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost", "lines"]
 
 
 def _sum(c: str) -> pl.Expr:
@@ -128,7 +130,8 @@ def finance_rows(report: Report, by: str) -> pl.DataFrame:
     keys = EXPORT_KEYS[by]
     if by == "job":
         df = report.jobs.select([*keys, *FINANCE_COLUMNS, *JOB_CSV_EXTRA])
-        df = df.with_columns(df["reasons"].list.join("; ").alias("reasons"))
+        df = df.with_columns(df["reasons"].list.join("; ").alias("reasons"),
+                             df["budget_breaches"].list.join("; ").alias("budget_breaches"))
     elif by == "team":
         df = report.teams.select([*keys, *FINANCE_COLUMNS])
     else:

@@ -15,6 +15,10 @@ Definitions (the README repeats them):
   of a line in that period (capped at the period's length).
 - ``recompute_cost_estimate`` = interruptions x checkpoint interval / 2 x hourly cost;
   ``restart_idle_cost_estimate`` = interruptions x restart minutes x hourly cost.
+- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``); outside,
+  ``checkpoint_io_unlinked``.
+- One computation per period: all periods = the sum of the per-period rows (``_combine``); savings come from
+  ``measured_savings`` only; advice and budgets in ``_recommend``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ MONEY_FIELDS = [
 ]
 JOB_FIELDS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source",
-    *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
+    *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "over_budget", "budget_breaches",
+    "reasons",
 ]
 JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost"]
 # The finance columns, in this order in every CSV and export (report --format csv, audit's jobs.csv and teams.csv,
@@ -206,52 +211,80 @@ def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
     return Decimal(0), "none"
 
 
-def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
-    b = cfg.budgets
-    spot, od, overhead = row["spot_compute_cost"], row["on_demand_equivalent_cost"], row["hidden_overhead_total"]
+def _budget_breaches(row: dict[str, Any], cfg: Config) -> tuple[list[str], list[str]]:
+    """(breaches, near): each budget the row breaks, naming the budget and by how much; those within 20% of it."""
+    if row["job"] == UNATTRIBUTED:
+        return [], []
+    lim, name = cfg.budgets.for_currency(row["currency"])
     cur = row["currency"]
-    switch: list[str] = []
-    review: list[str] = []
+    breaches: list[str] = []
+    near: list[str] = []
+    fees, cap = row["restart_fees"], lim.interruption_fees_per_job
+    if cap is not None:
+        if fees > cap:
+            breaches.append(f"{name}.interruption_fees_per_job: restart fees {fees:.2f} {cur} exceed {cap:.2f} "
+                            f"{cur} by {fees - cap:.2f} {cur}")
+        elif fees >= cap * Decimal("0.8") and fees > 0:
+            near.append(f"restart fees {fees:.2f} {cur} are near {name}.interruption_fees_per_job ({cap:.2f} {cur})")
+    pct, top = row["savings_eroded_pct"], lim.max_savings_erosion_pct
+    if top is not None and pct is not None:
+        if pct > top:
+            breaches.append(f"{name}.max_savings_erosion_pct: overhead erodes {pct:.1f}% of spot savings, over "
+                            f"{top:g}% by {pct - top:.1f} points")
+        elif pct >= 0.8 * top:
+            near.append(f"overhead erodes {pct:.1f}% of spot savings, near the {top:g}% budget ({name})")
+    return breaches, near
+
+
+def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
+    """The advice, from measured figures only; sets ``over_budget`` and ``budget_breaches`` on the row.
+
+    ``switch_to_on_demand`` only when on demand would have been cheaper: spot cost (priced lines) + overhead >=
+    the on-demand equivalent; a broken budget is ``over_budget`` (its own flag, naming the budget and by how
+    much), not a switch.  ``n/a``: no spot usage; ``attribute``: the unattributed row; ``review``: savings
+    that cannot be measured, within 20% of on demand, or near a budget."""
+    cur = row["currency"]
+    spot, od, overhead = row["spot_compute_cost"], row["on_demand_equivalent_cost"], row["hidden_overhead_total"]
+    breaches, near = _budget_breaches(row, cfg)
+    if row.get("period_breaches") is not None:  # a row over several periods: the periods' own budget checks
+        breaches, near = row["period_breaches"], []
+    row["over_budget"], row["budget_breaches"] = bool(breaches), breaches
+    if row["job"] == UNATTRIBUTED:
+        return "attribute", [f"{row['total_cost']:.2f} {cur} is attributed to no job: tag its resources, or map them "
+                             "to a job and team in the resource map (attribution.resource_map)"]
     if spot == 0:
         if overhead > 0:
             return "review", [f"no spot compute is attributed here, but {overhead:.2f} {cur} of interruption overhead is"]
-        return "keep_spot", ["no spot compute and no interruption overhead"]
-    unpriced = row["spot_unpriced_cost"]
+        return "n/a", ["no spot usage: nothing to keep on spot or switch"]
+    switch: list[str] = []
+    review: list[str] = []
+    unpriced = row["spot_unpriced_cost"] or Decimal(0)
     if unpriced:
         # ListCost NULL: the export's price was 0 or missing; those lines are left out of the savings
         review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price in the export (a zero or "
                       "missing list price), so it is left out of the measured savings")
-    spot -= unpriced  # the comparisons below are over the priced spot lines only
-    if spot == 0:
+    priced = spot - unpriced  # the comparisons below are over the priced spot lines only
+    gross = row["gross_spot_savings"]
+    if priced == 0:
         pass
-    elif row["priced_spot_lines"] == 0:
+    elif gross is None or od is None or not row.get("priced_spot_lines"):
         # e.g. Azure: the export prices spot meters at the spot rate, so the on-demand equivalent is unknown
         review.append("the export carries no on-demand price for this spot usage (list cost equals spot cost), "
                       "so spot savings cannot be measured")
-    elif spot + overhead >= od:
-        switch.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is at least the on-demand "
+    elif priced + overhead >= od:
+        switch.append(f"spot cost plus overhead ({priced + overhead:.2f} {cur}) is at least the on-demand "
                       f"equivalent ({od:.2f} {cur})")
-    elif spot + overhead >= od * Decimal("0.8"):
-        review.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is within 20% of the on-demand "
+    elif priced + overhead >= od * Decimal("0.8"):
+        review.append(f"spot cost plus overhead ({priced + overhead:.2f} {cur}) is within 20% of the on-demand "
                       f"equivalent ({od:.2f} {cur})")
-    pct = row["savings_eroded_pct"]
-    if b.max_savings_erosion_pct is not None and pct is not None:
-        if pct > b.max_savings_erosion_pct:
-            switch.append(f"overhead erodes {pct:.1f}% of spot savings (budget {b.max_savings_erosion_pct:g}%)")
-        elif pct >= 0.8 * b.max_savings_erosion_pct:
-            review.append(f"overhead erodes {pct:.1f}% of spot savings, near the {b.max_savings_erosion_pct:g}% budget")
-    fees = row["restart_fees"]
-    if b.interruption_fees_per_job is not None and row["job"] != UNATTRIBUTED:
-        if fees > b.interruption_fees_per_job:
-            switch.append(f"restart fees {fees:.2f} {cur} exceed the budget of {b.interruption_fees_per_job:.2f} per job")
-        elif fees >= b.interruption_fees_per_job * Decimal("0.8"):
-            review.append(f"restart fees {fees:.2f} {cur} are near the budget of {b.interruption_fees_per_job:.2f} per job")
+    review += near
+    flags = [f"over budget: {b}" for b in breaches]
     if switch:
-        return "switch_to_on_demand", switch + review
+        return "switch_to_on_demand", switch + flags + review
     if review:
-        return "review", review
+        return "review", flags + review
     saved = row["net_spot_savings"]
-    return "keep_spot", [f"spot still saves {saved:.2f} {cur} after {overhead:.2f} {cur} of overhead"]
+    return "keep_spot", flags + [f"spot still saves {saved:.2f} {cur} after {overhead:.2f} {cur} of overhead"]
 
 
 def _money(x: Decimal) -> Decimal:
@@ -287,7 +320,10 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         daily: list[dict[str, Any]] = []
         for p in periods:
             prepare(con, cfg, p, cost_basis)
-            jobs += _job_rows(con, cfg)
+            for r in _job_rows(con, cfg):
+                checked = _derive(dict(r), cfg)  # budgets are per month: each period checks its own
+                r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
+                jobs.append(r)
             daily += _daily_rows(con, cfg)
         return _report(store, cfg, None, cost_basis, _combine(jobs, cfg), daily, [], _rules_fired(store, None))
     prepare(con, cfg, period, cost_basis)
@@ -297,10 +333,11 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 def measured_savings(row: dict[str, Any]) -> Decimal | None:
     """Gross spot savings, measured: the on-demand equivalent of the priced spot lines less their effective spot
     cost; None (n/a) when no spot line has an on-demand price.  The one place every output takes it from."""
-    od = row.get("on_demand_equivalent_cost")
+    od: Decimal | None = row.get("on_demand_equivalent_cost")
     if od is None:
         return None
-    return od - (row["spot_compute_cost"] - (row.get("spot_unpriced_cost") or 0))
+    spot: Decimal = row["spot_compute_cost"]
+    return od - (spot - (row.get("spot_unpriced_cost") or Decimal(0)))
 
 
 def _nsum(values: list[Any]) -> Any:
@@ -356,6 +393,7 @@ def _combine(rows: list[dict[str, Any]], cfg: Config) -> list[dict[str, Any]]:
         for c in BASE_SUMS:
             row[c] = _nsum([r[c] for r in rs])
         row["spot_hours"] = sum((r["spot_hours"] for r in rs), Decimal(0))
+        row["period_breaches"] = [b for r in rs for b in r.get("period_breaches", [])]
         used = {r["interruptions_source"] for r in rs}
         row["interruptions_source"] = "+".join(x for x in SOURCES if x in used) or "none"
         out.append(row)
@@ -393,6 +431,8 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
 def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows: list[dict[str, Any]],
             daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame) -> Report:
     jobs = [_derive(r, cfg) for r in rows]
+    daily_df = _daily(daily)
+    _spike_what_if(jobs, daily_df)
     jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
         ["hidden_overhead_total", "job", "team", "provider", "currency"],
         descending=[True, False, False, False, False], nulls_last=True,
@@ -402,7 +442,7 @@ def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows
         cost_basis=cost_basis,
         jobs=jobs_df,
         teams=_teams(jobs_df),
-        daily=_daily(daily, jobs_df),
+        daily=daily_df,
         totals=_totals(jobs_df),
         warnings=warnings,
         rules_fired=rules_fired,
@@ -422,8 +462,10 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
             schema[c] = pl.Float64
         elif c == "lines":
             schema[c] = pl.Int64
-        elif c == "reasons":
+        elif c in ("reasons", "budget_breaches"):
             schema[c] = pl.List(pl.String)
+        elif c == "over_budget":
+            schema[c] = pl.Boolean
         else:
             schema[c] = pl.String
     return pl.DataFrame([{c: r.get(c) for c in columns} for r in rows], schema=schema, orient="row")
@@ -493,12 +535,35 @@ def _daily_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, A
     return out
 
 
-DAILY_SCHEMA = {"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
+DAILY_SCHEMA: dict[str, Any] = {"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
                 "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
                 "spot_cost": pl.Decimal(38, 12), "on_demand_cost": pl.Decimal(38, 12), "ran": pl.Boolean}
 
 
-def _daily(rows: list[dict[str, Any]], jobs: pl.DataFrame) -> pl.DataFrame:
+def _spike_what_if(jobs: list[dict[str, Any]], daily: pl.DataFrame) -> None:
+    """For a job whose interruptions spiked (the daily flag): what switching to on demand from the first spike day
+    on would have cost (the on-demand equivalent of its spot lines from that day), against what spot cost from
+    then (spot cost + the billed overhead of those days).  Added to the job's reasons."""
+    if daily.is_empty():
+        return
+    spikes = daily.filter(pl.col("spike")).group_by(["job", "provider", "currency"]).agg(pl.col("day").min())
+    first = {(r["job"], r["provider"], r["currency"]): r["day"] for r in spikes.iter_rows(named=True)}
+    for row in jobs:
+        day = first.get((row["job"], row["provider"], row["currency"]))
+        if day is None:
+            continue
+        after = daily.filter((pl.col("job") == row["job"]) & (pl.col("provider") == row["provider"])
+                             & (pl.col("currency") == row["currency"]) & (pl.col("day") >= day))
+        od = sum(after["on_demand_cost"].to_list(), Decimal(0))
+        spot = sum(after["spot_cost"].to_list(), Decimal(0)) + sum(after["overhead"].to_list(), Decimal(0))
+        cur = row["currency"]
+        verdict = (f"on demand would have saved {spot - od:.2f} {cur}" if od < spot
+                   else f"spot was still {od - spot:.2f} {cur} cheaper")
+        row["reasons"].append(f"interruptions spiked on {day}: switching to on demand from then would have cost "
+                              f"{od:.2f} {cur} against {spot:.2f} {cur} on spot with its billed overhead ({verdict})")
+
+
+def _daily(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """Per job and day (summed over periods): interruptions, overhead, spot cost and its on-demand price; spikes
     over 3x the median day."""
     df = pl.DataFrame(rows, schema=DAILY_SCHEMA, orient="row")

@@ -23,6 +23,19 @@ from billing_audit.cli.options import (
 )
 from billing_audit.store import IngestReport
 
+fail_on_option = click.option(
+    "--fail-on", "fail_on", multiple=True, type=click.Choice(list(app.FAIL_ON)),
+    help="Exit 1 when a job row is over_budget (a budget broken) or gets switch_to_on_demand, listing the rows "
+         "on stderr (repeatable).")
+
+
+def _fail(rep: Any, fail_on: tuple[str, ...]) -> None:
+    rows = app.failing_rows(rep, fail_on)
+    for line in rows:
+        say(line)
+    if rows:
+        sys.exit(1)
+
 
 @click.command()
 @db_option
@@ -32,11 +45,12 @@ from billing_audit.store import IngestReport
 @click.option("--out", "out_file", type=click.Path(dir_okay=False),
               help="Write to this file instead of stdout (- is stdout); its folder must exist.")
 @basis_option
+@fail_on_option
 @engine_options
 @wait_option
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
-           engine_opts: dict[str, Any], wait: float) -> None:
+           fail_on: tuple[str, ...], engine_opts: dict[str, Any], wait: float) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
     Reads the store and the rule hits (run `billing-audit tag` first), read-only: side by side with
@@ -50,6 +64,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
       billing-audit report --engine spark --spark-master spark://head:7077
+      billing-audit report --period 2026-10 --fail-on over_budget   # exit 1 listing rows over a budget
     """
     engine, options = engine_settings(engine_opts)
     result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say)
@@ -59,6 +74,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         print_run(result.engine_run)
     if fmt == "table" and out_file is None:
         print_report(result.report)
+        _fail(result.report, fail_on)
         return
     for w in result.report.warnings:
         say(f"warning: {w}")
@@ -68,6 +84,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         say(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)  # each format is inert already (billing_audit.inert)
+    _fail(result.report, fail_on)
 
 
 @click.command()
@@ -112,12 +129,13 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @click.option("--out", "out_dir", default="audit-report", show_default=True, type=click.Path(file_okay=False),
               help="Folder for report.html, report.json, jobs.csv and teams.csv.")
 @basis_option
+@fail_on_option
 @quiet_option("No progress bar or table.")
 @engine_options
 @wait_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
+          cost_basis: str, fail_on: tuple[str, ...], quiet: bool, engine_opts: dict[str, Any], wait: float) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -147,6 +165,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
     if result.ingest.failed:
         sys.exit(2)
+    _fail(result.report, fail_on)
 
 
 COMMANDS = (report, export, audit)

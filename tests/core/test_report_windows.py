@@ -124,3 +124,20 @@ def test_daily_rows_count_only_linked_traffic(store_path: Path) -> None:
     _eq(daily[("iota", "2026-12-03")], "0.40")
     _eq(daily[("iota", "2026-12-04")], "0")
     _eq(daily[("zeta", "2026-12-01")], "0")
+
+
+def test_a_spike_says_what_switching_from_then_would_have_cost(store_path: Path) -> None:
+    """kappa: one spot hour a day on days 1-5 at 10.00 (list 32.00); fees: 1 restart (0.10) on day 1, 5 (50.00) on
+    day 4.  Daily interruptions 1, 0, 0, 5, 0: median 0 (counted as 1), so day 4 (5 > 3) spikes.  From day 4 on, on
+    demand would have cost 2 x 32.00 = 64.00; spot cost 2 x 10.00 + the billed overhead 50.00 = 70.00: on demand
+    would have saved 6.00.  Over the month spot still saves: spot 50.00 + fees 50.10 + recompute 6 x 0.25 h x 10.00
+    + idle 6 x 5/60 h x 10.00 = 120.10 < the on-demand 160.00, so no switch."""
+    with billing_audit.open(store_path, read_only=True) as store:
+        rep = build_report(store, Config(), "2026-12")
+    spikes = [(str(r["day"]), r["interruptions"]) for r in rep.daily.iter_rows(named=True)
+              if r["job"] == "kappa" and r["spike"]]
+    assert spikes == [("2026-12-04", 5)]
+    k = next(r for r in rep.jobs.iter_rows(named=True) if r["job"] == "kappa")
+    assert ("interruptions spiked on 2026-12-04: switching to on demand from then would have cost 64.00 USD against "
+            "70.00 USD on spot with its billed overhead (on demand would have saved 6.00 USD)") in k["reasons"]
+    assert k["recommendation"] != "switch_to_on_demand"
