@@ -141,3 +141,33 @@ def test_a_spike_says_what_switching_from_then_would_have_cost(store_path: Path)
     assert ("interruptions spiked on 2026-12-04: switching to on demand from then would have cost 64.00 USD against "
             "70.00 USD on spot with its billed overhead (on demand would have saved 6.00 USD)") in k["reasons"]
     assert k["recommendation"] != "switch_to_on_demand"
+
+
+def test_the_seeds_worked_example_still_comes_out_the_same(tmp_path: Path) -> None:
+    """fixtures/scenarios-seed: llama, August-October 2026: 54 + 54 + 53 = 161 spot hours at 10.00 (list 30.00),
+    67 + 67 + 66 = 200 fee lines of 6 restarts at 0.72, each hour with a re-read of 1.50 and egress of 1.00, every
+    one in the hour of its restarts (so in its window).  1,200 restarts; fees 200 x 0.72 = 144.00, re-reads
+    200 x 1.50 = 300.00, egress 200 x 1.00 = 200.00: 644.00 of billed overhead; savings 161 x 20.00 = 3,220.00;
+    644 / 3,220 = 20%.  The all-periods row is the three months' sum."""
+    db = tmp_path / "seed.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([FIXTURES / "scenarios-seed"]).errors
+        store.tag()
+    (tmp_path / "c.toml").write_text("[estimates]\nenabled = false\n")
+    cfg = load_config(tmp_path / "c.toml")
+    with billing_audit.open(db, read_only=True) as store:
+        months = {p: build_report(store, cfg, p) for p in ("2026-08", "2026-09", "2026-10")}
+        whole = build_report(store, cfg, None)
+    row = next(r for r in whole.jobs.iter_rows(named=True) if r["job"] == "llama")
+    assert (row["interruptions"], row["interruptions_source"]) == (1200, "fee_lines")
+    _eq(row["restart_fees"], "144")
+    _eq(row["storage_reread_cost"], "300")
+    _eq(row["checkpoint_egress_cost"], "200")
+    _eq(row["checkpoint_io_unlinked"], "0")
+    _eq(row["billed_interruption_overhead"], "644")
+    _eq(row["gross_spot_savings"], "3220")
+    assert row["savings_eroded_pct"] == pytest.approx(20.0)
+    assert row["recommendation"] == "keep_spot"
+    per_month = [next(r for r in m.jobs.iter_rows(named=True) if r["job"] == "llama") for m in months.values()]
+    assert [r["interruptions"] for r in per_month] == [402, 402, 396]  # 67 x 6, 67 x 6, 66 x 6
+    _eq(sum((r["hidden_overhead_total"] for r in per_month), D(0)), "644")
