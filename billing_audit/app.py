@@ -256,13 +256,19 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
     checkpoint = cfg.checkpoint_settings()
     params = checkpoint_params(rules, checkpoint)
     source = expected_source(store, engine, opts)
-    run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params),
-                                 source) if reuse else None
-    reused = run_id is not None
-    if run_id is None:
-        run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint, options=opts)
+
+    def one(b: str) -> tuple[int, bool]:
+        found = pipeline.latest_run(store.con, engine, period, b, pipeline.config_key(cfg, rules, params),
+                                    source) if reuse else None
+        if found is not None:
+            return found, True
+        return run_engine(store, engine, rules, cfg, period, b, params, checkpoint, options=opts), False
+
+    # savings are measured at effective cost whatever the basis shown: another basis needs the effective run too
+    savings_run = one("effective")[0] if basis != "effective" else None
+    run_id, reused = one(basis)
     run = engine_run(store, run_id, reused=reused)
-    return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id), run)
+    return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id, savings_run=savings_run), run)
 
 
 def report(db: str, config_path: str | None = None, period: str | None = None, basis: str = "effective",

@@ -22,14 +22,16 @@ TABLE_COLUMNS = [
     ("job", "job"), ("team", "team"), ("provider", "provider"), ("currency", "cur"),
     ("interruptions", "interruptions"), ("spot_compute_cost", "spot cost"),
     ("gross_spot_savings", "gross savings"), ("restart_fees", "restart fees"),
-    ("hidden_overhead_total", "overhead"), ("net_spot_savings", "net savings"),
+    ("hidden_overhead_total", "overhead"), ("checkpoint_io_unlinked", "unlinked ckpt I/O"),
+    ("net_spot_savings", "net savings"),
     ("savings_eroded_pct", "eroded %"), ("recommendation", "recommendation"),
 ]
 MARKDOWN_COLUMNS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source", "spot_compute_cost",
     "on_demand_equivalent_cost", "gross_spot_savings", "restart_fees", "other_compute_charges", "storage_reread_cost",
-    "checkpoint_egress_cost", "recompute_cost_estimate", "restart_idle_cost_estimate", "hidden_overhead_total",
-    "net_spot_savings", "savings_eroded_pct", "recommendation",
+    "checkpoint_egress_cost", "billed_interruption_overhead", "recompute_cost_estimate", "restart_idle_cost_estimate",
+    "estimated_interruption_overhead", "hidden_overhead_total", "checkpoint_io_unlinked", "net_spot_savings",
+    "savings_eroded_pct", "recommendation", "over_budget",
 ]
 
 
@@ -56,7 +58,7 @@ def markdown(report: Report) -> str:
         lines.append(f"> warning: {md_text(w)}")
     lines += ["## Totals", ""]
     tot_cols = ["currency", "interruptions", "spot_compute_cost", "gross_spot_savings", "hidden_overhead_total",
-                "net_spot_savings", "unattributed_cost", "total_cost"]
+                "checkpoint_io_unlinked", "net_spot_savings", "unattributed_cost", "total_cost"]
     lines += _md_table(report.totals, tot_cols)
     lines += ["", "## Jobs", ""]
     lines += _md_table(report.jobs, MARKDOWN_COLUMNS)

@@ -292,21 +292,43 @@ def _money(x: Decimal) -> Decimal:
 
 
 def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
-                 engine_run: int | None = None) -> Report:
+                 engine_run: int | None = None, savings_run: int | None = None) -> Report:
     """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
     returned (`engine_run`, see billing_audit.engines) instead of the local lines when given.
 
     One computation per billing period: a report over all periods (`period` None) is the sum of the per-period
-    rows (estimates included), so it equals ``export`` summed over its periods."""
+    rows (estimates included), so it equals ``export`` summed over its periods.
+
+    Savings always compare like with like: the effective cost of spot against its on-demand equivalent.  Another
+    `cost_basis` changes the cost the components and totals are shown in; the savings, erosion and advice stay
+    the effective ones (on an engine, from `savings_run`: the same run at effective cost)."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
+    warnings: list[str] = []
+    effective = None
+    if cost_basis != "effective":
+        if engine_run is None or savings_run is not None:
+            effective = _compute(store, cfg, period, "effective", savings_run)[0]
+            warnings.append(f"--cost-basis {cost_basis}: the components and totals are {cost_basis} cost; savings, "
+                            "erosion and advice are measured at effective cost against the on-demand equivalent "
+                            f"({cost_basis} cost cannot measure them like with like)")
+        else:
+            warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
+                            f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
+    rows, daily, fired = _compute(store, cfg, period, cost_basis, engine_run)
+    return _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
+
+
+def _compute(store: Store, cfg: Config, period: str | None, basis: str,
+             engine_run: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
+    """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed."""
     con = store.con
     if engine_run is not None:
         from billing_audit.engines.pipeline import load_run
 
         load_run(con, engine_run)
-        return _build(store, cfg, period, cost_basis, [], store.sql(
-            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"))
+        return _job_rows(con, cfg), _daily_rows(con, cfg), store.sql(
+            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id")
     if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
         raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
     if not store._has_table("line_categories"):  # stores tagged before the view existed
@@ -319,15 +341,15 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         jobs: list[dict[str, Any]] = []
         daily: list[dict[str, Any]] = []
         for p in periods:
-            prepare(con, cfg, p, cost_basis)
+            prepare(con, cfg, p, basis)
             for r in _job_rows(con, cfg):
                 checked = _derive(dict(r), cfg)  # budgets are per month: each period checks its own
                 r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
                 jobs.append(r)
             daily += _daily_rows(con, cfg)
-        return _report(store, cfg, None, cost_basis, _combine(jobs, cfg), daily, [], _rules_fired(store, None))
-    prepare(con, cfg, period, cost_basis)
-    return _build(store, cfg, period, cost_basis, [], _rules_fired(store, period))
+        return _combine(jobs, cfg), daily, _rules_fired(store, None)
+    prepare(con, cfg, period, basis)
+    return _job_rows(con, cfg), _daily_rows(con, cfg), _rules_fired(store, period)
 
 
 def measured_savings(row: dict[str, Any]) -> Decimal | None:
@@ -421,16 +443,21 @@ def _derive(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
     return row
 
 
-def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
-           rules_fired: pl.DataFrame) -> Report:
-    """The report from the aggregate temp tables (ba_agg, ba_spot_hours, ba_spot_res, ba_win)."""
-    return _report(store, cfg, period, cost_basis, _job_rows(store.con, cfg), _daily_rows(store.con, cfg),
-                   warnings, rules_fired)
+# what a report on another cost basis takes from the effective-cost rows: the measured savings and what follows
+SAVINGS_FIELDS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "savings_eroded_pct",
+                  "recommendation", "reasons", "over_budget", "budget_breaches"]
 
 
 def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows: list[dict[str, Any]],
-            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame) -> Report:
+            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame,
+            effective: list[dict[str, Any]] | None = None) -> Report:
     jobs = [_derive(r, cfg) for r in rows]
+    if effective is not None:
+        eff = {(r["job"], r["team"], r["provider"], r["currency"]): _derive(r, cfg) for r in effective}
+        for r in jobs:
+            e = eff.get((r["job"], r["team"], r["provider"], r["currency"]))
+            for c in SAVINGS_FIELDS:
+                r[c] = e[c] if e is not None else ([] if c in ("reasons", "budget_breaches") else None)
     daily_df = _daily(daily)
     _spike_what_if(jobs, daily_df)
     jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(

@@ -248,10 +248,20 @@ def test_daily_rows(store_path: Path) -> None:
     assert daily[("alpha", "EUR", "2026-11-01")]["interruptions"] == 0
 
 
-def test_cost_basis_list(store_path: Path) -> None:
-    a = _jobs(store_path, cost_basis="list")[("alpha", "USD")]
+def test_cost_basis_changes_the_components_never_the_savings(store_path: Path) -> None:
+    """--cost-basis list shows alpha's spot compute at its list cost (4 x 32.00 = 128.00) and its fees at list
+    (0.16); savings stay effective spot cost against the on-demand equivalent: 128 - 40 = 88, and so the advice."""
+    eff = _jobs(store_path)[("alpha", "USD")]
+    with billing_audit.open(store_path) as store:
+        rep = build_report(store, load_config(BUDGETS), "2026-11", cost_basis="list")
+    a = {(r["job"], r["currency"]): r for r in rep.jobs.iter_rows(named=True)}[("alpha", "USD")]
     _close(a["spot_compute_cost"], "128")
-    _close(a["gross_spot_savings"], "0")
+    _close(a["gross_spot_savings"], "88")
+    _close(a["net_spot_savings"], str(eff["net_spot_savings"]))
+    assert a["recommendation"] == eff["recommendation"] == "keep_spot"
+    assert any("--cost-basis list: the components and totals are list cost" in w for w in rep.warnings)
+    billed = _jobs(store_path, cost_basis="billed")[("alpha", "USD")]
+    _close(billed["gross_spot_savings"], "88")
 
 
 def test_json_shape_is_stable(store_path: Path) -> None:

@@ -145,9 +145,9 @@ def test_a_spike_says_what_switching_from_then_would_have_cost(store_path: Path)
 
 def test_the_seeds_worked_example_still_comes_out_the_same(tmp_path: Path) -> None:
     """fixtures/scenarios-seed: llama, August-October 2026: 54 + 54 + 53 = 161 spot hours at 10.00 (list 30.00),
-    67 + 67 + 66 = 200 fee lines of 6 restarts at 0.72, each hour with a re-read of 1.50 and egress of 1.00, every
-    one in the hour of its restarts (so in its window).  1,200 restarts; fees 200 x 0.72 = 144.00, re-reads
-    200 x 1.50 = 300.00, egress 200 x 1.00 = 200.00: 644.00 of billed overhead; savings 161 x 20.00 = 3,220.00;
+    7 + 7 + 6 = 20 fee lines of 60 restarts at 7.20, each hour with a re-read of 15.00 and egress of 10.00, every
+    one in the hour of its restarts (so in its window).  1,200 restarts; fees 20 x 7.20 = 144.00, re-reads
+    20 x 15.00 = 300.00, egress 20 x 10.00 = 200.00: 644.00 of billed overhead; savings 161 x 20.00 = 3,220.00;
     644 / 3,220 = 20%.  The all-periods row is the three months' sum."""
     db = tmp_path / "seed.duckdb"
     with billing_audit.open(db) as store:
@@ -169,5 +169,5 @@ def test_the_seeds_worked_example_still_comes_out_the_same(tmp_path: Path) -> No
     assert row["savings_eroded_pct"] == pytest.approx(20.0)
     assert row["recommendation"] == "keep_spot"
     per_month = [next(r for r in m.jobs.iter_rows(named=True) if r["job"] == "llama") for m in months.values()]
-    assert [r["interruptions"] for r in per_month] == [402, 402, 396]  # 67 x 6, 67 x 6, 66 x 6
+    assert [r["interruptions"] for r in per_month] == [420, 420, 360]  # 7 x 60, 7 x 60, 6 x 60
     _eq(sum((r["hidden_overhead_total"] for r in per_month), D(0)), "644")
