@@ -257,16 +257,33 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
     params = checkpoint_params(rules, checkpoint)
     source = expected_source(store, engine, opts)
 
-    def one(b: str) -> tuple[int, bool]:
-        found = pipeline.latest_run(store.con, engine, period, b, pipeline.config_key(cfg, rules, params),
+    def one(b: str, p: str | None) -> tuple[int, bool]:
+        found = pipeline.latest_run(store.con, engine, p, b, pipeline.config_key(cfg, rules, params),
                                     source) if reuse else None
         if found is not None:
             return found, True
-        return run_engine(store, engine, rules, cfg, period, b, params, checkpoint, options=opts), False
+        return run_engine(store, engine, rules, cfg, p, b, params, checkpoint, options=opts), False
 
-    # savings are measured at effective cost whatever the basis shown: another basis needs the effective run too
-    savings_run = one("effective")[0] if basis != "effective" else None
-    run_id, reused = one(basis)
+    # One computation per period: over all periods, one run per period the store holds (when it holds several),
+    # summed like the local report.  Savings are measured at effective cost whatever the basis shown: another basis
+    # needs the effective run too.
+    from billing_audit.report import store_periods
+
+    periods = store_periods(store) if period is None and store._has_table("slices") else []
+    if len(periods) > 1:
+        runs: dict[str, int] = {}
+        savings: dict[str, int] = {}
+        reused = True
+        for p in periods:
+            runs[p], was = one(basis, p)
+            if basis != "effective":
+                savings[p] = one("effective", p)[0]
+            reused = reused and was
+        run = engine_run(store, runs[periods[-1]], reused=reused)
+        return ReportResult(build_report(store, cfg, None, basis, engine_run=runs,
+                                         savings_run=savings or None), run)
+    savings_run = one("effective", period)[0] if basis != "effective" else None
+    run_id, reused = one(basis, period)
     run = engine_run(store, run_id, reused=reused)
     return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id, savings_run=savings_run), run)
 

@@ -292,7 +292,8 @@ def _money(x: Decimal) -> Decimal:
 
 
 def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
-                 engine_run: int | None = None, savings_run: int | None = None) -> Report:
+                 engine_run: int | dict[str, int] | None = None,
+                 savings_run: int | dict[str, int] | None = None) -> Report:
     """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
     returned (`engine_run`, see billing_audit.engines) instead of the local lines when given.
 
@@ -301,7 +302,8 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
     Savings always compare like with like: the effective cost of spot against its on-demand equivalent.  Another
     `cost_basis` changes the cost the components and totals are shown in; the savings, erosion and advice stay
-    the effective ones (on an engine, from `savings_run`: the same run at effective cost)."""
+    the effective ones (on an engine, from `savings_run`: the same run at effective cost).  `engine_run` may be
+    one run per billing period ({period: run_id}): a report over all periods then sums them as it does locally."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
     warnings: list[str] = []
@@ -320,9 +322,23 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
 
 def _compute(store: Store, cfg: Config, period: str | None, basis: str,
-             engine_run: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
+             engine_run: int | dict[str, int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
     """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed."""
     con = store.con
+    if isinstance(engine_run, dict):  # one engine run per period: their rows summed, as locally
+        run_jobs: list[dict[str, Any]] = []
+        run_daily: list[dict[str, Any]] = []
+        fired = []
+        for p, run in engine_run.items():
+            rows, d, f = _compute(store, cfg, p, basis, run)
+            for r in rows:
+                r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
+            run_jobs += rows
+            run_daily += d
+            fired.append(f)
+        all_fired = (pl.concat(fired).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
+                     if fired else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
+        return _combine(run_jobs, cfg), run_daily, all_fired
     if engine_run is not None:
         from billing_audit.engines.pipeline import load_run
 
