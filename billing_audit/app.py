@@ -361,13 +361,36 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
     checkpoint = cfg.checkpoint_settings()
     params = checkpoint_params(rules, checkpoint)
     source = expected_source(store, engine, opts)
-    run_id = pipeline.latest_run(store.con, engine, period, basis, pipeline.config_key(cfg, rules, params),
-                                 source) if reuse else None
-    reused = run_id is not None
-    if run_id is None:
-        run_id = run_engine(store, engine, rules, cfg, period, basis, params, checkpoint, options=opts)
+
+    def one(b: str, p: str | None) -> tuple[int, bool]:
+        found = pipeline.latest_run(store.con, engine, p, b, pipeline.config_key(cfg, rules, params),
+                                    source) if reuse else None
+        if found is not None:
+            return found, True
+        return run_engine(store, engine, rules, cfg, p, b, params, checkpoint, options=opts), False
+
+    # One computation per period: over all periods, one run per period the store holds (when it holds several),
+    # summed like the local report.  Savings are measured at effective cost whatever the basis shown: another basis
+    # needs the effective run too.
+    from billing_audit.report import store_periods
+
+    periods = store_periods(store) if period is None and store._has_table("slices") else []
+    if len(periods) > 1:
+        runs: dict[str, int] = {}
+        savings: dict[str, int] = {}
+        reused = True
+        for p in periods:
+            runs[p], was = one(basis, p)
+            if basis != "effective":
+                savings[p] = one("effective", p)[0]
+            reused = reused and was
+        run = engine_run(store, runs[periods[-1]], reused=reused)
+        return ReportResult(build_report(store, cfg, None, basis, engine_run=runs,
+                                         savings_run=savings or None), run)
+    savings_run = one("effective", period)[0] if basis != "effective" else None
+    run_id, reused = one(basis, period)
     run = engine_run(store, run_id, reused=reused)
-    return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id), run)
+    return ReportResult(build_report(store, cfg, period, basis, engine_run=run_id, savings_run=savings_run), run)
 
 
 def report(db: str | Store, config_path: str | None = None, period: str | None = None, basis: str = "effective",
@@ -435,11 +458,28 @@ def export(db: str | Store, out_file: str | Path | None, by: str = "team", fmt: 
     with _opened(db) as store:
         periods = [period] if period else store_periods(store)
         reports = [build_report(store, cfg, p, basis) for p in periods]
+        totals = store_totals(store, periods, basis)
     df = outputs.export_frame(reports, by)
     if out_file is not None:
         check_out_folder(Path(out_file))
         outputs.write_export(df, fmt, Path(out_file))
+        out = Path(out_file)
+        outputs.write_export(outputs.export_totals(df, totals), fmt, out.with_name(out.stem + ".totals" + out.suffix))
     return df
+
+
+def store_totals(store: Any, periods: Sequence[str], basis: str = "effective") -> dict[tuple[str, str], Decimal]:
+    """The store's own total cost per billing period and currency (on `basis`), straight from its lines: what the
+    export's rows must add up to."""
+    from billing_audit.rollup import COST_BASES, period_filter
+
+    out: dict[tuple[str, str], Decimal] = {}
+    for p in periods:
+        rows = store.con.execute(
+            f"SELECT coalesce(BillingCurrency, '?'), sum(coalesce({COST_BASES[basis]}, 0)) FROM line_items l "
+            f"WHERE {period_filter(p, 'l.BillingPeriodStart')} GROUP BY 1").fetchall()
+        out.update({(p, c): v for c, v in rows})
+    return out
 
 
 def export_text(df: pl.DataFrame, fmt: str) -> str:
@@ -462,7 +502,7 @@ def render_report(report: Report, fmt: str) -> str:
     if fmt == "csv":
         from billing_audit import inert
 
-        return inert.csv_text(report.jobs.drop("reasons").with_columns(report.jobs["reasons"].list.join("; ").alias("reasons")))
+        return inert.csv_text(outputs.finance_rows(report, "job"))
     if fmt == "markdown":
         return outputs.markdown(report)
     if fmt == "html":
@@ -478,6 +518,25 @@ def render_report(report: Report, fmt: str) -> str:
             buf.print(outputs.rich_totals(report))
             return buf.export_text()
     raise BillingAuditError(f"--format {fmt!r}: expected table, json, csv, markdown or html")
+
+
+FAIL_ON = ("over_budget", "switch")
+
+
+def failing_rows(rep: Report, fail_on: Sequence[str]) -> list[str]:
+    """The job rows `fail_on` matches (``over_budget``: a budget broken; ``switch``: switch_to_on_demand), one
+    line each, naming the row and why: what ``--fail-on`` lists on stderr before exiting 1."""
+    bad = [f for f in fail_on if f not in FAIL_ON]
+    if bad:
+        raise BillingAuditError(f"--fail-on {bad[0]!r}: choose {' or '.join(FAIL_ON)}")
+    out = []
+    for r in rep.jobs.iter_rows(named=True):
+        who = f"{r['job']} ({r['team']}, {r['provider']}, {r['currency']})"
+        if "over_budget" in fail_on and r["over_budget"]:
+            out.append(f"over_budget: {who}: {'; '.join(r['budget_breaches'])}")
+        if "switch" in fail_on and r["recommendation"] == "switch_to_on_demand":
+            out.append(f"switch: {who}: {'; '.join(r['reasons'])}")
+    return out
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -541,11 +600,10 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
     (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
-    jobs = rep.jobs.with_columns(rep.jobs["reasons"].list.join("; ").alias("reasons"))
     with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
-        inert.write_csv(jobs, f)
+        inert.write_csv(outputs.finance_rows(rep, "job"), f)
     with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
-        inert.write_csv(rep.teams, f)
+        inert.write_csv(outputs.finance_rows(rep, "team"), f)
     return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run)
 
 

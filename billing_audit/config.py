@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import csv
+import re
 import tomllib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from billing_audit.deliveries import OverlapPolicy
 from billing_audit.errors import BillingAuditError
@@ -45,18 +46,57 @@ class Attribution(_Strict):
 class JobEstimate(_Strict):
     checkpoint_interval_minutes: float | None = Field(default=None, gt=0)
     restart_minutes: float | None = Field(default=None, ge=0)
+    restart_window_periods: int | None = Field(default=None, ge=0)  # N charge periods after an interruption's
+
+
+# Restart windows: checkpoint re-reads and egress count as interruption overhead in the charge period that holds
+# an interruption of the same job and the next N charge periods.  Hourly exports: the interruption's hour and the
+# 3 after (a replacement waits for capacity, then reads the checkpoint); daily exports: the day and the next (an
+# interruption late in the day is re-read after midnight).
+HOURLY_WINDOW = 3
+DAILY_WINDOW = 1
 
 
 class Estimates(_Strict):
     enabled: bool = True
     checkpoint_interval_minutes: float = Field(default=30, gt=0)
     restart_minutes: float = Field(default=5, ge=0)
+    restart_window_hourly_periods: int = Field(default=HOURLY_WINDOW, ge=0)
+    restart_window_daily_periods: int = Field(default=DAILY_WINDOW, ge=0)
     jobs: dict[str, JobEstimate] = Field(default_factory=dict)
 
 
-class Budgets(_Strict):
-    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)
+class BudgetLimits(_Strict):
+    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)  # restart fees a job may have a month
     max_savings_erosion_pct: float | None = Field(default=None, ge=0)
+
+
+CURRENCY_KEY = re.compile(r"[A-Z]{3}")
+
+
+class Budgets(BudgetLimits):
+    """``[budgets]`` and ``[budgets.USD]``, ``[budgets.EUR]``, ...: a currency's own table applies to rows billed
+    in it; the plain ``[budgets]`` keys to every billing currency without a table of its own."""
+
+    currencies: dict[str, BudgetLimits] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_currency(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if "currencies" in data:
+                raise ValueError("unknown key 'currencies' (a currency's budgets are [budgets.USD], ...)")
+            cur = {k: data.pop(k) for k in list(data) if isinstance(k, str) and CURRENCY_KEY.fullmatch(k)}
+            if cur:
+                data["currencies"] = cur
+        return data
+
+    def for_currency(self, currency: str) -> tuple[BudgetLimits, str]:
+        """The limits for rows billed in `currency`, and the config table they come from."""
+        if currency in self.currencies:
+            return self.currencies[currency], f"budgets.{currency}"
+        return self, "budgets"
 
 
 class Exports(_Strict):
@@ -81,6 +121,11 @@ class Config(_Strict):
 
     def overlap_policy(self) -> OverlapPolicy:
         return OverlapPolicy(keep=self.exports.keep, prefer=tuple(self.exports.prefer))
+
+    def window_overrides(self) -> dict[str, int]:
+        """Jobs with their own restart window (charge periods after the interruption's), by job name."""
+        return {j.strip().lower(): o.restart_window_periods for j, o in self.estimates.jobs.items()
+                if o.restart_window_periods is not None}
 
     def job_minutes(self, job: str) -> tuple[float, float]:
         """(checkpoint interval, restart minutes) for a job, with its overrides."""
@@ -110,7 +155,7 @@ def load_config(path: str | Path | None) -> Config:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        key = ".".join(str(p) for p in err["loc"] if p != "currencies")
         if err["type"] == "extra_forbidden":
             raise BillingAuditError(f"{file}: unknown key {key!r}") from None
         raise BillingAuditError(f"{file}: key {key!r}: {err['msg']} (got {err.get('input')!r})") from None

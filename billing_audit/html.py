@@ -51,6 +51,7 @@ MONEY = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "unattributed_cos
 # does for teams.
 HEADLINES: list[tuple[str, str]] = [
     ("hidden_overhead_total", "Hidden overhead total"),
+    ("checkpoint_io_unlinked", "Checkpoint I/O outside restart windows"),
     ("restart_fees", "Restart fees"),
     ("gross_spot_savings", "Gross spot savings"),
     ("net_spot_savings", "Net spot savings"),
@@ -400,6 +401,7 @@ def _headlines(report: Report, currencies: Iterable[str]) -> str:
         estimates = _dec(t.get("recompute_cost_estimate")) + _dec(t.get("restart_idle_cost_estimate"))
         details = {
             "hidden_overhead_total": f"incl. {fmt_money(estimates, cur)} estimated (recompute, restart idle)",
+            "checkpoint_io_unlinked": "checkpoint re-reads and egress no interruption caused: not overhead",
             "gross_spot_savings": (f"on-demand equivalent {fmt_money(t.get('on_demand_equivalent_cost'), cur)}"
                                    + (f", measured for {fmt_pct(t.get('savings_coverage_pct'))} of spot cost"
                                       if t.get("spot_unpriced_cost") else "")),

@@ -14,22 +14,24 @@ import polars as pl
 from billing_audit import inert
 from billing_audit.errors import BillingAuditError
 from billing_audit.inert import FORMULA_START, NOT_MEASURED, clean, csv_text, json_inert, safe_cell, text, write_csv
-from billing_audit.report import MONEY_FIELDS, Report
+from billing_audit.report import FINANCE_COLUMNS, MONEY_FIELDS, Report
 
-__all__ = ["FORMULA_START", "csv_text", "export_frame", "markdown", "report_json", "rich_table", "rich_totals",
+__all__ = ["FORMULA_START", "csv_text", "export_frame", "export_totals", "finance_rows", "markdown", "report_json", "rich_table", "rich_totals",
            "safe_cell", "write_csv", "write_export"]
 TABLE_COLUMNS = [
     ("job", "job"), ("team", "team"), ("provider", "provider"), ("currency", "cur"),
     ("interruptions", "interruptions"), ("spot_compute_cost", "spot cost"),
     ("gross_spot_savings", "gross savings"), ("restart_fees", "restart fees"),
-    ("hidden_overhead_total", "overhead"), ("net_spot_savings", "net savings"),
+    ("hidden_overhead_total", "overhead"), ("checkpoint_io_unlinked", "unlinked ckpt I/O"),
+    ("net_spot_savings", "net savings"),
     ("savings_eroded_pct", "eroded %"), ("recommendation", "recommendation"),
 ]
 MARKDOWN_COLUMNS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source", "spot_compute_cost",
     "on_demand_equivalent_cost", "gross_spot_savings", "restart_fees", "other_compute_charges", "storage_reread_cost",
-    "checkpoint_egress_cost", "recompute_cost_estimate", "restart_idle_cost_estimate", "hidden_overhead_total",
-    "net_spot_savings", "savings_eroded_pct", "recommendation",
+    "checkpoint_egress_cost", "billed_interruption_overhead", "recompute_cost_estimate", "restart_idle_cost_estimate",
+    "estimated_interruption_overhead", "hidden_overhead_total", "checkpoint_io_unlinked", "net_spot_savings",
+    "savings_eroded_pct", "recommendation", "over_budget",
 ]
 
 
@@ -56,7 +58,7 @@ def markdown(report: Report) -> str:
         lines.append(f"> warning: {md_text(w)}")
     lines += ["## Totals", ""]
     tot_cols = ["currency", "interruptions", "spot_compute_cost", "gross_spot_savings", "hidden_overhead_total",
-                "net_spot_savings", "unattributed_cost", "total_cost"]
+                "checkpoint_io_unlinked", "net_spot_savings", "unattributed_cost", "total_cost"]
     lines += _md_table(report.totals, tot_cols)
     lines += ["", "## Jobs", ""]
     lines += _md_table(report.jobs, MARKDOWN_COLUMNS)
@@ -92,6 +94,8 @@ def rich_table(report: Report) -> Any:
     for row in report.jobs.iter_rows(named=True):
         cells = [_fmt(row[k], k) for k, _ in TABLE_COLUMNS]
         cells[4] = f"{cells[4]} ({row['interruptions_source']})" if row["interruptions_source"] != "none" else cells[4]
+        if row.get("over_budget"):
+            cells[-1] = f"{cells[-1]}, over budget"
         table.add_row(*(text(c) for c in cells))  # data, never markup
     return table
 
@@ -109,27 +113,52 @@ def rich_totals(report: Report) -> Any:
     return table
 
 
-EXPORT_COMPONENTS = [
-    "interruptions", "restart_fees", "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost",
-    "recompute_cost_estimate", "restart_idle_cost_estimate", "hidden_overhead_total",
-    "spot_compute_cost", "on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings",
-]
+EXPORT_COMPONENTS = FINANCE_COLUMNS
+EXPORT_KEYS = {"team": ["team", "currency"], "job": ["job", "team", "provider", "currency"],
+               "team,provider": ["team", "provider", "currency"]}
+JOB_CSV_EXTRA = ["interruptions_source", "savings_eroded_pct", "recommendation", "over_budget", "budget_breaches",
+                 "reasons", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost", "lines"]
+
+
+def _sum(c: str) -> pl.Expr:
+    return pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+
+
+def finance_rows(report: Report, by: str) -> pl.DataFrame:
+    """One report's rows in the finance layout: period, the keys of `by`, then FINANCE_COLUMNS (per job, also
+    the advice and the job's extras).  report --format csv, audit's CSVs and export all come from here."""
+    if by not in EXPORT_KEYS:
+        raise BillingAuditError(f"--by {by!r}: choose team, job or team,provider")
+    keys = EXPORT_KEYS[by]
+    if by == "job":
+        df = report.jobs.select([*keys, *FINANCE_COLUMNS, *JOB_CSV_EXTRA])
+        df = df.with_columns(df["reasons"].list.join("; ").alias("reasons"),
+                             df["budget_breaches"].list.join("; ").alias("budget_breaches"))
+    elif by == "team":
+        df = report.teams.select([*keys, *FINANCE_COLUMNS])
+    else:
+        df = report.jobs.group_by(keys).agg([_sum(c) for c in FINANCE_COLUMNS])
+    return df.with_columns(pl.lit(report.period).alias("period")).select(["period", *df.columns]).sort(keys)
 
 
 def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
-    """One row per period x team (or job) x currency with every component and the total."""
-    frames = []
-    for r in reports:
-        if by == "team":
-            df = r.teams.select(["team", "currency", *EXPORT_COMPONENTS])
-        else:
-            df = r.jobs.select(["job", "team", "provider", "currency", *EXPORT_COMPONENTS])
-        frames.append(df.with_columns(pl.lit(r.period).alias("period")))
+    """One row per period x team (or job, or team and provider) x currency with every component and the total."""
+    frames = [finance_rows(r, by).drop(JOB_CSV_EXTRA, strict=False) for r in reports]
     if not frames:
         return pl.DataFrame()
-    out = pl.concat(frames, how="vertical_relaxed")
-    keys = ["period", "team", "currency"] if by == "team" else ["period", "job", "team", "provider", "currency"]
-    return out.select([*keys, *EXPORT_COMPONENTS]).sort(keys)
+    keys = ["period", *EXPORT_KEYS[by]]
+    return pl.concat(frames, how="vertical_relaxed").sort(keys)
+
+
+def export_totals(df: pl.DataFrame, store_totals: dict[tuple[str, str], Decimal]) -> pl.DataFrame:
+    """Per period and currency: the export's rows summed, and the store's total cost for the period beside it
+    (``ties``: the rows' total_cost adds up to it exactly)."""
+    if df.is_empty():
+        return df
+    out = df.group_by(["period", "currency"]).agg([_sum(c) for c in FINANCE_COLUMNS]).sort(["period", "currency"])
+    store = [store_totals.get((p, c)) for p, c in zip(out["period"], out["currency"], strict=True)]
+    out = out.with_columns(pl.Series("store_total_cost", store, dtype=pl.Decimal(38, 12)))
+    return out.with_columns((pl.col("total_cost") == pl.col("store_total_cost")).alias("ties"))
 
 
 def export_text(df: pl.DataFrame, fmt: str) -> str:

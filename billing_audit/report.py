@@ -15,6 +15,10 @@ Definitions (the README repeats them):
   of a line in that period (capped at the period's length).
 - ``recompute_cost_estimate`` = interruptions x checkpoint interval / 2 x hourly cost;
   ``restart_idle_cost_estimate`` = interruptions x restart minutes x hourly cost.
+- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``); outside,
+  ``checkpoint_io_unlinked``.
+- One computation per period: all periods = the sum of the per-period rows (``_combine``); savings come from
+  ``measured_savings`` only; advice and budgets in ``_recommend``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import polars as pl
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, prepare
+from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
 MONEY_FIELDS = [
@@ -39,18 +44,28 @@ MONEY_FIELDS = [
     "other_compute_charges",
     "storage_reread_cost",
     "checkpoint_egress_cost",
+    "billed_interruption_overhead",
     "recompute_cost_estimate",
     "restart_idle_cost_estimate",
+    "estimated_interruption_overhead",
     "hidden_overhead_total",
+    "checkpoint_io_unlinked",
     "net_spot_savings",
 ]
 JOB_FIELDS = [
     "job", "team", "provider", "currency", "interruptions", "interruptions_source",
-    *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "reasons",
+    *MONEY_FIELDS[:3], *MONEY_FIELDS[3:], "savings_eroded_pct", "recommendation", "over_budget", "budget_breaches",
+    "reasons",
 ]
 JOB_EXTRA = ["total_cost", "lines", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost", "spot_cost_priced"]
-# measured only over the spot lines with an on-demand equivalent; NULL (n/a) for a job with none
-SAVINGS_FIELDS = ("on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings")
+# The finance columns, in this order in every CSV and export (report --format csv, audit's jobs.csv and teams.csv,
+# export): after the row's keys (period, then job/team/provider/currency as the file is grouped).
+FINANCE_COLUMNS = [
+    "interruptions", "restart_fees", "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost",
+    "billed_interruption_overhead", "recompute_cost_estimate", "restart_idle_cost_estimate",
+    "estimated_interruption_overhead", "hidden_overhead_total", "checkpoint_io_unlinked", "spot_compute_cost",
+    "on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "total_cost",
+]
 
 
 @dataclass
@@ -93,36 +108,96 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
-# job ran on with another taking over within 6 hours: the churn that infers interruptions.
-CHURN_CTES = """churn AS (
-  SELECT a.job, a.team, a.provider, a.currency, CAST(a.e AS DATE) AS day, count(*) AS n
+# job ran on with another taking over within 6 hours: the churn that infers interruptions (one at each stop).
+STOPPED_CTE = """stopped AS (
+  SELECT a.job, a.team, a.provider, a.currency, a.e
   FROM ba_spot_res a
   WHERE a.e < (SELECT max(z.e) FROM ba_spot_res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
     AND EXISTS (SELECT 1 FROM ba_spot_res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
                 AND b.ResourceId <> a.ResourceId AND b.s >= a.e - INTERVAL 1 HOUR AND b.s <= a.e + INTERVAL 6 HOUR)
-  GROUP BY ALL
+)"""
+CHURN_CTES = STOPPED_CTE + """,
+churn AS (SELECT job, team, provider, currency, CAST(e AS DATE) AS day, count(*) AS n FROM stopped GROUP BY ALL)"""
+ROW_KEY = "job, team, provider, currency"
+
+
+def window_ctes(cfg: Config) -> str:
+    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
+    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
+    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
+    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
+    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
+    line's period is the interruption's or one of the N after it)."""
+    e = cfg.estimates
+    overrides = cfg.window_overrides()
+    default = (f"CASE WHEN ck.e - ck.s <= INTERVAL 1 HOUR THEN {int(e.restart_window_hourly_periods)} "
+               f"ELSE {int(e.restart_window_daily_periods)} END")
+    n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
+                 + f" ELSE {default} END") if overrides else default
+    same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
+    return f"""src AS (
+  SELECT {ROW_KEY},
+    CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
+         WHEN coalesce(sum(n) FILTER (WHERE signal), 0) <> 0 THEN 'signals' ELSE 'inferred' END AS source
+  FROM ba_agg GROUP BY ALL
+),
+ev AS (
+  SELECT w.job, w.team, w.provider, w.currency, w.s AS ts, w.e AS te FROM ba_win w JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'fee_lines' AND w.category = 'restart_fee' AND coalesce(w.fee_n, 0) <> 0
+    AND w.s IS NOT NULL AND w.e IS NOT NULL
+  UNION ALL
+  SELECT w.job, w.team, w.provider, w.currency, w.s, w.e FROM ba_win w JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'signals' AND w.signal AND w.s IS NOT NULL AND w.e IS NOT NULL
+  UNION ALL
+  SELECT st.job, st.team, st.provider, st.currency, CAST(NULL AS TIMESTAMP), st.e FROM stopped st JOIN src USING ({ROW_KEY})
+  WHERE src.source = 'inferred'
+),
+ck AS (
+  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost FROM ba_win w
+  WHERE w.category IN ('storage_reread', 'checkpoint_egress') AND w.s IS NOT NULL AND w.e IS NOT NULL AND w.e > w.s
+),
+lk AS (
+  SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost
+  FROM ck WHERE EXISTS (
+    SELECT 1 FROM ev WHERE {same}
+      AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s)))
 )"""
 
-JOB_SQL = f"""
+
+def job_sql(cfg: Config) -> str:
+    """One row per job, team, provider and currency from the aggregates: the categories' sums, re-reads and egress
+    split into linked (in a restart window: interruption overhead) and unlinked (ordinary checkpointing)."""
+    return f"""
 WITH {CHURN_CTES},
+{window_ctes(cfg)},
+linked AS (
+  SELECT {ROW_KEY},
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_linked,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS egress_linked
+  FROM lk GROUP BY ALL
+),
 agg AS (
-  SELECT job, team, provider, currency, sum(n) AS lines, sum(cost) AS total_cost,
+  SELECT {ROW_KEY}, sum(n) AS lines, sum(cost) AS total_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
     sum(od_cost) FILTER (WHERE category = 'spot_compute') AS on_demand_equivalent_cost,
     coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
     coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
-    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS storage_reread_cost,
-    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS checkpoint_egress_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_all,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS egress_all,
     sum(fee_n) AS fee_count,
     coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
     sum(priced) AS priced_spot_lines,
     coalesce(sum(unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS spot_unpriced_cost
   FROM ba_agg GROUP BY ALL
 )
-SELECT agg.*, coalesce(sh.spot_hours, 0) AS spot_hours,
+SELECT agg.* EXCLUDE (reread_all, egress_all),
+       coalesce(lnk.reread_linked, 0) AS storage_reread_cost, coalesce(lnk.egress_linked, 0) AS checkpoint_egress_cost,
+       agg.reread_all + agg.egress_all - coalesce(lnk.reread_linked, 0) - coalesce(lnk.egress_linked, 0)
+         AS checkpoint_io_unlinked,
+       coalesce(sh.spot_hours, 0) AS spot_hours,
        coalesce((SELECT sum(n) FROM churn c WHERE c.job = agg.job AND c.team = agg.team AND c.provider = agg.provider
                  AND c.currency = agg.currency), 0) AS churn_count
-FROM agg LEFT JOIN ba_spot_hours sh USING (job, team, provider, currency)
+FROM agg LEFT JOIN ba_spot_hours sh USING ({ROW_KEY}) LEFT JOIN linked lnk USING ({ROW_KEY})
 """
 
 
@@ -136,18 +211,56 @@ def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
     return Decimal(0), "none"
 
 
-def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
-    b = cfg.budgets
-    spot, od, overhead = row["spot_compute_cost"], row["on_demand_equivalent_cost"], row["hidden_overhead_total"]
+def _budget_breaches(row: dict[str, Any], cfg: Config) -> tuple[list[str], list[str]]:
+    """(breaches, near): each budget the row breaks, naming the budget and by how much; those within 20% of it."""
+    if row["job"] == UNATTRIBUTED:
+        return [], []
+    lim, name = cfg.budgets.for_currency(row["currency"])
     cur = row["currency"]
-    switch: list[str] = []
-    review: list[str] = []
+    breaches: list[str] = []
+    near: list[str] = []
+    fees, cap = row["restart_fees"], lim.interruption_fees_per_job
+    if cap is not None:
+        if fees > cap:
+            breaches.append(f"{name}.interruption_fees_per_job: restart fees {fees:.2f} {cur} exceed {cap:.2f} "
+                            f"{cur} by {fees - cap:.2f} {cur}")
+        elif fees >= cap * Decimal("0.8") and fees > 0:
+            near.append(f"restart fees {fees:.2f} {cur} are near {name}.interruption_fees_per_job ({cap:.2f} {cur})")
+    pct, top = row["savings_eroded_pct"], lim.max_savings_erosion_pct
+    if top is not None and pct is not None:
+        if pct > top:
+            breaches.append(f"{name}.max_savings_erosion_pct: overhead erodes {pct:.1f}% of spot savings, over "
+                            f"{top:g}% by {pct - top:.1f} points")
+        elif pct >= 0.8 * top:
+            near.append(f"overhead erodes {pct:.1f}% of spot savings, near the {top:g}% budget ({name})")
+    return breaches, near
+
+
+def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
+    """The advice, from measured figures only; sets ``over_budget`` and ``budget_breaches`` on the row.
+
+    ``switch_to_on_demand`` only when on demand would have been cheaper: spot cost (priced lines) + overhead >=
+    the on-demand equivalent; a broken budget is ``over_budget`` (its own flag, naming the budget and by how
+    much), not a switch.  ``n/a``: no spot usage; ``attribute``: the unattributed row; ``review``: savings
+    that cannot be measured, within 20% of on demand, or near a budget."""
+    cur = row["currency"]
+    spot, od, overhead = row["spot_compute_cost"], row["on_demand_equivalent_cost"], row["hidden_overhead_total"]
+    breaches, near = _budget_breaches(row, cfg)
+    if row.get("period_breaches") is not None:  # a row over several periods: the periods' own budget checks
+        breaches, near = row["period_breaches"], []
+    row["over_budget"], row["budget_breaches"] = bool(breaches), breaches
+    if row["job"] == UNATTRIBUTED:
+        return "attribute", [f"{row['total_cost']:.2f} {cur} is attributed to no job: tag its resources, or map them "
+                             "to a job and team in the resource map (attribution.resource_map)"]
     if spot == 0:
         if overhead > 0:
             return "review", [f"no spot compute is attributed here, but {overhead:.2f} {cur} of interruption overhead is"]
-        return "keep_spot", ["no spot compute and no interruption overhead"]
-    unpriced = row["spot_unpriced_cost"]
-    if od is None:
+        return "n/a", ["no spot usage: nothing to keep on spot or switch"]
+    switch: list[str] = []
+    review: list[str] = []
+    unpriced = row["spot_unpriced_cost"] or Decimal(0)
+    gross = row["gross_spot_savings"]
+    if od is None or gross is None:
         # no spot line has an on-demand equivalent (the export's, a price reference's or the bill's)
         review.append(f"no on-demand price is known for this job's spot usage ({unpriced:.2f} {cur} of spot cost has "
                       f"no on-demand price in the export, the price references or the bill), so its spot savings "
@@ -155,33 +268,23 @@ def _recommend(row: dict[str, Any], cfg: Config) -> tuple[str, list[str]]:
     elif unpriced:
         review.append(f"{unpriced:.2f} {cur} of spot cost has no on-demand price (neither in the export nor in the "
                       "price references), so it is left out of the measured savings")
-    spot -= unpriced  # the comparisons below are over the priced spot lines only
-    if spot == 0 or od is None:
+    priced = spot - unpriced  # the comparisons below are over the priced spot lines only
+    if priced == 0 or od is None or gross is None:
         pass
-    elif spot + overhead >= od:
-        switch.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is at least the on-demand "
+    elif priced + overhead >= od:
+        switch.append(f"spot cost plus overhead ({priced + overhead:.2f} {cur}) is at least the on-demand "
                       f"equivalent ({od:.2f} {cur})")
-    elif spot + overhead >= od * Decimal("0.8"):
-        review.append(f"spot cost plus overhead ({spot + overhead:.2f} {cur}) is within 20% of the on-demand "
+    elif priced + overhead >= od * Decimal("0.8"):
+        review.append(f"spot cost plus overhead ({priced + overhead:.2f} {cur}) is within 20% of the on-demand "
                       f"equivalent ({od:.2f} {cur})")
-    pct = row["savings_eroded_pct"]
-    if b.max_savings_erosion_pct is not None and pct is not None:
-        if pct > b.max_savings_erosion_pct:
-            switch.append(f"overhead erodes {pct:.1f}% of spot savings (budget {b.max_savings_erosion_pct:g}%)")
-        elif pct >= 0.8 * b.max_savings_erosion_pct:
-            review.append(f"overhead erodes {pct:.1f}% of spot savings, near the {b.max_savings_erosion_pct:g}% budget")
-    fees = row["restart_fees"]
-    if b.interruption_fees_per_job is not None and row["job"] != UNATTRIBUTED:
-        if fees > b.interruption_fees_per_job:
-            switch.append(f"restart fees {fees:.2f} {cur} exceed the budget of {b.interruption_fees_per_job:.2f} per job")
-        elif fees >= b.interruption_fees_per_job * Decimal("0.8"):
-            review.append(f"restart fees {fees:.2f} {cur} are near the budget of {b.interruption_fees_per_job:.2f} per job")
+    review += near
+    flags = [f"over budget: {b}" for b in breaches]
     if switch:
-        return "switch_to_on_demand", switch + review
+        return "switch_to_on_demand", switch + flags + review
     if review:
-        return "review", review
+        return "review", flags + review
     saved = row["net_spot_savings"]
-    return "keep_spot", [f"spot still saves {saved:.2f} {cur} after {overhead:.2f} {cur} of overhead"]
+    return "keep_spot", flags + [f"spot still saves {saved:.2f} {cur} after {overhead:.2f} {cur} of overhead"]
 
 
 def _money(x: Decimal) -> Decimal:
@@ -189,18 +292,59 @@ def _money(x: Decimal) -> Decimal:
 
 
 def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
-                 engine_run: int | None = None) -> Report:
+                 engine_run: int | dict[str, int] | None = None,
+                 savings_run: int | dict[str, int] | None = None) -> Report:
     """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
-    returned (`engine_run`, see billing_audit.engines) instead of the local lines when given."""
+    returned (`engine_run`, see billing_audit.engines) instead of the local lines when given.
+
+    One computation per billing period: a report over all periods (`period` None) is the sum of the per-period
+    rows (estimates included), so it equals ``export`` summed over its periods.
+
+    Savings always compare like with like: the effective cost of spot against its on-demand equivalent.  Another
+    `cost_basis` changes the cost the components and totals are shown in; the savings, erosion and advice stay
+    the effective ones (on an engine, from `savings_run`: the same run at effective cost).  `engine_run` may be
+    one run per billing period ({period: run_id}): a report over all periods then sums them as it does locally."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
+    warnings: list[str] = []
+    effective = None
+    if cost_basis != "effective":
+        if engine_run is None or savings_run is not None:
+            effective = _compute(store, cfg, period, "effective", savings_run)[0]
+            warnings.append(f"--cost-basis {cost_basis}: the components and totals are {cost_basis} cost; savings, "
+                            "erosion and advice are measured at effective cost against the on-demand equivalent "
+                            f"({cost_basis} cost cannot measure them like with like)")
+        else:
+            warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
+                            f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
+    rows, daily, fired = _compute(store, cfg, period, cost_basis, engine_run)
+    return _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
+
+
+def _compute(store: Store, cfg: Config, period: str | None, basis: str,
+             engine_run: int | dict[str, int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
+    """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed."""
     con = store.con
+    if isinstance(engine_run, dict):  # one engine run per period: their rows summed, as locally
+        run_jobs: list[dict[str, Any]] = []
+        run_daily: list[dict[str, Any]] = []
+        fired = []
+        for p, run in engine_run.items():
+            rows, d, f = _compute(store, cfg, p, basis, run)
+            for r in rows:
+                r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
+            run_jobs += rows
+            run_daily += d
+            fired.append(f)
+        all_fired = (pl.concat(fired).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
+                     if fired else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
+        return _combine(run_jobs, cfg), run_daily, all_fired
     if engine_run is not None:
         from billing_audit.engines.pipeline import load_run
 
         load_run(con, engine_run)
-        return _build(store, cfg, period, cost_basis, [], store.sql(
-            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"))
+        return _job_rows(con, cfg), _daily_rows(con, cfg), store.sql(
+            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id")
     if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
         raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
     if not store._has_table("line_categories"):  # stores tagged before the view existed
@@ -208,16 +352,49 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
         con.execute(LINE_CATEGORY_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW")
                     if store.read_only else LINE_CATEGORY_VIEW)
-    prepare(con, cfg, period, cost_basis)
-    return _build(store, cfg, period, cost_basis, [], _rules_fired(store, period))
+    periods = store_periods(store) if period is None else [period]
+    if period is None and len(periods) > 1:
+        jobs: list[dict[str, Any]] = []
+        daily: list[dict[str, Any]] = []
+        for p in periods:
+            prepare(con, cfg, p, basis)
+            for r in _job_rows(con, cfg):
+                checked = _derive(dict(r), cfg)  # budgets are per month: each period checks its own
+                r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
+                jobs.append(r)
+            daily += _daily_rows(con, cfg)
+        return _combine(jobs, cfg), daily, _rules_fired(store, None)
+    prepare(con, cfg, period, basis)
+    return _job_rows(con, cfg), _daily_rows(con, cfg), _rules_fired(store, period)
 
 
-def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warnings: list[str],
-           rules_fired: pl.DataFrame) -> Report:
-    """The report from the aggregate temp tables (ba_agg, ba_spot_hours, ba_spot_res)."""
-    con = store.con
+def measured_savings(row: dict[str, Any]) -> Decimal | None:
+    """Gross spot savings, measured: the on-demand equivalent of the priced spot lines less their effective spot
+    cost; None (n/a) when no spot line has an on-demand price.  The one place every output takes it from."""
+    od: Decimal | None = row.get("on_demand_equivalent_cost")
+    if od is None:
+        return None
+    spot: Decimal = row["spot_compute_cost"]
+    return od - (spot - (row.get("spot_unpriced_cost") or Decimal(0)))
+
+
+def _nsum(values: list[Any]) -> Any:
+    """A sum over rows where some figures are n/a: the sum of the measured ones; n/a when none is."""
+    got = [v for v in values if v is not None]
+    return sum(got[1:], got[0]) if got else None
+
+
+# what a job row is made of (summed when rows of several periods combine); the rest is derived from them
+BASE_SUMS = ["interruptions", "spot_compute_cost", "on_demand_equivalent_cost", "spot_unpriced_cost", "restart_fees",
+             "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked",
+             "recompute_cost_estimate", "restart_idle_cost_estimate", "total_cost", "lines", "priced_spot_lines"]
+SOURCES = ["fee_lines", "signals", "inferred"]
+
+
+def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
+    """The job rows of the aggregates prepared on `con` (one period, or one engine run)."""
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
-            for cur in [con.execute(JOB_SQL)] for r in cur.fetchall()]
+            for cur in [con.execute(job_sql(cfg))] for r in cur.fetchall()]
     jobs = []
     for row in rows:
         interruptions, source = _interruptions(row)
@@ -227,35 +404,84 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         est = cfg.estimates.enabled and row["job"] != UNATTRIBUTED
         recompute = _money(interruptions * Decimal(str(interval)) / 2 / 60 * rate) if est else None
         idle = _money(interruptions * Decimal(str(restart)) / 60 * rate) if est else None
-        # savings over the priced spot lines only: spot cost without an on-demand equivalent is not a loss of
-        # savings, and a job with no priced spot line has no measured savings at all (n/a, never 0 or a loss)
-        od = row["on_demand_equivalent_cost"]
-        priced_spot = row["spot_compute_cost"] - row["spot_unpriced_cost"]
-        gross = None if od is None else od - priced_spot
-        overhead = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
-                    + row["checkpoint_egress_cost"] + (recompute or 0) + (idle or 0))
-        out = {
+        jobs.append({
             "job": row["job"], "team": row["team"], "provider": row["provider"], "currency": row["currency"],
             "interruptions": interruptions, "interruptions_source": source,
             "spot_compute_cost": row["spot_compute_cost"],
             "on_demand_equivalent_cost": row["on_demand_equivalent_cost"],
-            "gross_spot_savings": gross,
             "restart_fees": row["restart_fees"], "other_compute_charges": row["other_compute_charges"],
             "storage_reread_cost": row["storage_reread_cost"], "checkpoint_egress_cost": row["checkpoint_egress_cost"],
+            "checkpoint_io_unlinked": row["checkpoint_io_unlinked"],
             "recompute_cost_estimate": recompute, "restart_idle_cost_estimate": idle,
-            "hidden_overhead_total": overhead, "net_spot_savings": None if gross is None else gross - overhead,
-            "savings_eroded_pct": float(overhead / gross * 100) if gross is not None and gross > 0 else None,
-            "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": float(hours), "spot_hourly_cost": rate,
+            "total_cost": row["total_cost"], "lines": row["lines"], "spot_hours": hours,
             "priced_spot_lines": row["priced_spot_lines"], "spot_unpriced_cost": row["spot_unpriced_cost"],
-            "spot_cost_priced": priced_spot,
-        }
-        out["recommendation"], out["reasons"] = _recommend(out, cfg)
-        jobs.append(out)
+        })
+    return jobs
+
+
+def _combine(rows: list[dict[str, Any]], cfg: Config) -> list[dict[str, Any]]:
+    """Rows of several periods as one row per job, team, provider and currency: every figure the sum of the
+    periods' (estimates as each period worked them out); the source names each source that counted."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["job"], r["team"], r["provider"], r["currency"]), []).append(r)
+    out = []
+    for (job, team, provider, currency), rs in groups.items():
+        row: dict[str, Any] = {"job": job, "team": team, "provider": provider, "currency": currency}
+        for c in BASE_SUMS:
+            row[c] = _nsum([r[c] for r in rs])
+        row["spot_hours"] = sum((r["spot_hours"] for r in rs), Decimal(0))
+        row["period_breaches"] = [b for r in rs for b in r.get("period_breaches", [])]
+        used = {r["interruptions_source"] for r in rs}
+        row["interruptions_source"] = "+".join(x for x in SOURCES if x in used) or "none"
+        out.append(row)
+    return out
+
+
+def _derive(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    """The figures made from a row's sums: rate, savings, overhead (billed, estimated, total), erosion, advice."""
+    hours = row["spot_hours"]
+    row["spot_hourly_cost"] = _money(row["spot_compute_cost"] / hours) if hours > 0 else Decimal(0)
+    row["spot_hours"] = float(hours)
+    gross = measured_savings(row)
+    billed = (row["restart_fees"] + row["other_compute_charges"] + row["storage_reread_cost"]
+              + row["checkpoint_egress_cost"])
+    est = [row["recompute_cost_estimate"], row["restart_idle_cost_estimate"]]
+    estimated = _nsum(est)
+    overhead = billed + (estimated or 0)
+    row.update({
+        "spot_cost_priced": row["spot_compute_cost"] - (row["spot_unpriced_cost"] or Decimal(0)),
+        "gross_spot_savings": gross, "billed_interruption_overhead": billed,
+        "estimated_interruption_overhead": estimated, "hidden_overhead_total": overhead,
+        "net_spot_savings": None if gross is None else gross - overhead,
+        "savings_eroded_pct": float(overhead / gross * 100) if gross is not None and gross > 0 else None,
+    })
+    row["recommendation"], row["reasons"] = _recommend(row, cfg)
+    return row
+
+
+# what a report on another cost basis takes from the effective-cost rows: the measured savings and what follows
+SAVINGS_FIELDS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings", "savings_eroded_pct",
+                  "recommendation", "reasons", "over_budget", "budget_breaches"]
+
+
+def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows: list[dict[str, Any]],
+            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame,
+            effective: list[dict[str, Any]] | None = None) -> Report:
+    jobs = [_derive(r, cfg) for r in rows]
+    if effective is not None:
+        eff = {(r["job"], r["team"], r["provider"], r["currency"]): _derive(r, cfg) for r in effective}
+        for r in jobs:
+            e = eff.get((r["job"], r["team"], r["provider"], r["currency"]))
+            for c in SAVINGS_FIELDS:
+                r[c] = e[c] if e is not None else ([] if c in ("reasons", "budget_breaches") else None)
+    daily_df = _daily(daily)
+    _spike_what_if(jobs, daily_df)
     jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
         ["hidden_overhead_total", "job", "team", "provider", "currency"],
         descending=[True, False, False, False, False], nulls_last=True,
     )
-    totals = _totals(con, jobs_df)
+    totals = _totals(jobs_df)
     from billing_audit import registry
 
     warnings = [*warnings, *coverage_warnings(jobs_df, totals, registry.with_part("prices_pull"))]
@@ -264,7 +490,7 @@ def _build(store: Store, cfg: Config, period: str | None, cost_basis: str, warni
         cost_basis=cost_basis,
         jobs=jobs_df,
         teams=_teams(jobs_df),
-        daily=_daily(con, jobs_df),
+        daily=daily_df,
         totals=totals,
         warnings=warnings,
         rules_fired=rules_fired,
@@ -284,8 +510,10 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
             schema[c] = pl.Float64
         elif c == "lines":
             schema[c] = pl.Int64
-        elif c == "reasons":
+        elif c in ("reasons", "budget_breaches"):
             schema[c] = pl.List(pl.String)
+        elif c == "over_budget":
+            schema[c] = pl.Boolean
         else:
             schema[c] = pl.String
     return pl.DataFrame([{c: r.get(c) for c in columns} for r in rows], schema=schema, orient="row")
@@ -295,14 +523,17 @@ TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
 COVERAGE_SUMS = ["spot_cost_priced", "spot_unpriced_cost"]
 
 
+def _sum(c: str) -> pl.Expr:
+    """A column's sum where some rows are n/a (null): the measured rows' sum; null when none is measured."""
+    return pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+
+
 def _sums() -> list[pl.Expr]:
-    """Each money field summed; the savings fields only over the jobs whose savings are measured (NULL when
-    none is), and the overhead they erode over those same jobs."""
+    """Each figure summed (n/a rows left out), and the overhead of the jobs whose savings are measured: what
+    their measured savings are eroded by (a job without measured savings erodes nothing measured)."""
     measured = pl.col("gross_spot_savings").is_not_null()
-    out = [pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
-           if c in SAVINGS_FIELDS else pl.col(c).sum() for c in TEAM_SUMS]
-    out.append(pl.col("hidden_overhead_total").filter(measured).sum().alias("ba_measured_overhead"))
-    return out
+    return [_sum(c) for c in TEAM_SUMS] + [
+        pl.col("hidden_overhead_total").filter(measured).sum().alias("ba_measured_overhead")]
 
 
 def _eroded() -> pl.Expr:
@@ -317,7 +548,7 @@ def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
     return df.sort(["hidden_overhead_total", "team", "currency"], descending=[True, False, False])
 
 
-def _totals(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
+def _totals(jobs: pl.DataFrame) -> pl.DataFrame:
     """Per currency; with the savings coverage: the spot cost whose savings are measured, the spot cost without
     an on-demand price, and the share measured (``savings_coverage_pct``)."""
     df = jobs.group_by("currency").agg(
@@ -335,14 +566,15 @@ def _totals(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
 
 
 def coverage_warnings(jobs: pl.DataFrame, totals: pl.DataFrame, pullable: tuple[str, ...] = ()) -> list[str]:
-    """Per currency with unpriced spot cost: how much of it the savings are measured for, and what to run."""
+    """Per currency with unpriced spot cost: how much of it the savings are measured for, and what to run (a
+    currency whose only unpriced spot cost is a credit, below zero, needs nothing)."""
     out = []
     for t in totals.iter_rows(named=True):
-        if not t["spot_unpriced_cost"]:
-            continue
         cur = t["currency"]
         provs = sorted({r["provider"] for r in jobs.filter((pl.col("currency") == cur)
                                                            & (pl.col("spot_unpriced_cost") > 0)).iter_rows(named=True)})
+        if not t["spot_unpriced_cost"] or t["spot_unpriced_cost"] <= 0 or not provs:
+            continue
         cov = t["savings_coverage_pct"] or 0.0
         todo = [f"`billing-audit prices pull {p}`" for p in provs if p in pullable]
         other = [p for p in provs if p not in pullable]
@@ -363,38 +595,86 @@ def _pct(x: float) -> str:
     return f"{r}%"
 
 
-def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
-    """Per job and day: interruptions (from the job's source) and overhead; spikes over 3x the median day."""
+def _daily_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
+    """Per job and day of the prepared aggregates: interruptions (from the job row's source), billed overhead
+    (fees, other compute charges, re-reads and egress in a restart window), spot cost and its on-demand price."""
     rows = con.execute(
         f"""
-        WITH d AS (
-          SELECT job, provider, currency, day,
+        WITH {CHURN_CTES},
+        {window_ctes(cfg)},
+        d AS (
+          SELECT job, team, provider, currency, day,
             sum(fee_n) AS fees,
             coalesce(sum(n) FILTER (WHERE signal), 0) AS signals,
-            coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge', 'storage_reread',
-                                                          'checkpoint_egress')), 0) AS overhead,
+            coalesce(sum(cost) FILTER (WHERE category IN ('restart_fee', 'other_compute_charge')), 0) AS overhead,
+            coalesce(sum(cost - unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS spot,
+            coalesce(sum(od_cost) FILTER (WHERE category = 'spot_compute'), 0) AS od,
+            coalesce(sum(unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS unpriced,
             bool_or(category = 'spot_compute') AS ran
           FROM ba_agg WHERE day IS NOT NULL AND job <> '{UNATTRIBUTED}' GROUP BY ALL
-        ),
-        {CHURN_CTES}
-        SELECT d.*, coalesce(c.n, 0) AS churn FROM d
-        LEFT JOIN (SELECT job, provider, currency, day, sum(n) AS n FROM churn GROUP BY ALL) c
-          USING (job, provider, currency, day)
-        ORDER BY job, provider, currency, day
+        )
+        SELECT d.job, d.provider, d.currency, d.day, d.fees, d.signals, d.overhead + coalesce(l.cost, 0), d.ran,
+               coalesce(c.n, 0) AS churn, src.source, d.spot, d.od, d.unpriced FROM d
+        JOIN src USING ({ROW_KEY})
+        LEFT JOIN (SELECT {ROW_KEY}, day, sum(n) AS n FROM churn GROUP BY ALL) c USING ({ROW_KEY}, day)
+        LEFT JOIN (SELECT {ROW_KEY}, day, sum(cost) AS cost FROM lk GROUP BY ALL) l USING ({ROW_KEY}, day)
+        ORDER BY d.job, d.provider, d.currency, d.day
         """
     ).fetchall()
-    source = {(r["job"], r["provider"], r["currency"]): r["interruptions_source"] for r in jobs.iter_rows(named=True)}
     out: list[dict[str, Any]] = []
-    for job, provider, currency, day, fees, signals, overhead, ran, churn in rows:
-        src = source.get((job, provider, currency), "none")
+    for job, provider, currency, day, fees, signals, overhead, ran, churn, src, spot, od, unpriced in rows:
         n = {"fee_lines": fees or 0, "signals": signals, "inferred": churn}.get(src, 0)
         out.append({"job": job, "provider": provider, "currency": currency, "day": day,
-                    "interruptions": Decimal(n), "overhead": overhead, "ran": bool(ran)})
-    df = pl.DataFrame(out, schema={"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
-                                   "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
-                                   "ran": pl.Boolean}, orient="row")
+                    "interruptions": Decimal(n), "overhead": overhead, "spot_cost": spot, "on_demand_cost": od,
+                    "spot_unpriced_cost": unpriced, "ran": bool(ran)})
+    return out
+
+
+DAILY_SCHEMA: dict[str, Any] = {"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
+                "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
+                "spot_cost": pl.Decimal(38, 12), "on_demand_cost": pl.Decimal(38, 12),
+                "spot_unpriced_cost": pl.Decimal(38, 12), "ran": pl.Boolean}
+
+
+def _spike_what_if(jobs: list[dict[str, Any]], daily: pl.DataFrame) -> None:
+    """For a job whose interruptions spiked (the daily flag): what switching to on demand from the first spike day
+    on would have cost (the on-demand equivalent of its spot lines from that day), against what spot cost from
+    then (spot cost + the billed overhead of those days).  Added to the job's reasons."""
+    if daily.is_empty():
+        return
+    spikes = daily.filter(pl.col("spike")).group_by(["job", "provider", "currency"]).agg(pl.col("day").min())
+    first = {(r["job"], r["provider"], r["currency"]): r["day"] for r in spikes.iter_rows(named=True)}
+    for row in jobs:
+        day = first.get((row["job"], row["provider"], row["currency"]))
+        if day is None:
+            continue
+        after = daily.filter((pl.col("job") == row["job"]) & (pl.col("provider") == row["provider"])
+                             & (pl.col("currency") == row["currency"]) & (pl.col("day") >= day))
+        od = sum(after["on_demand_cost"].to_list(), Decimal(0))
+        priced = sum(after["spot_cost"].to_list(), Decimal(0))
+        spot = priced + sum(after["overhead"].to_list(), Decimal(0))
+        unpriced = sum(after["spot_unpriced_cost"].to_list(), Decimal(0))
+        cur = row["currency"]
+        if priced == 0 and unpriced > 0:
+            row["reasons"].append(f"interruptions spiked on {day}: what switching to on demand from then would have "
+                                  "cost cannot be measured (no on-demand price for its spot lines)")
+            continue
+        verdict = (f"on demand would have saved {spot - od:.2f} {cur}" if od < spot
+                   else f"spot was still {od - spot:.2f} {cur} cheaper")
+        row["reasons"].append(f"interruptions spiked on {day}: switching to on demand from then would have cost "
+                              f"{od:.2f} {cur} against {spot:.2f} {cur} on spot with its billed overhead ({verdict})")
+
+
+def _daily(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Per job and day (summed over periods): interruptions, overhead, spot cost and its on-demand price; spikes
+    over 3x the median day."""
+    df = pl.DataFrame(rows, schema=DAILY_SCHEMA, orient="row")
     if df.is_empty():
         return df.drop("ran").with_columns(pl.lit(False).alias("spike"))
+    keys = ["job", "provider", "currency", "day"]
+    df = df.group_by(keys).agg(pl.col("interruptions").sum(), pl.col("overhead").sum(), pl.col("spot_cost").sum(),
+                               pl.col("on_demand_cost").sum(), pl.col("spot_unpriced_cost").sum(),
+                               pl.col("ran").any()).sort(keys)
     median = (df.filter(pl.col("ran") | (pl.col("interruptions") > 0))
               .group_by(["job", "provider", "currency"])
               .agg(pl.col("interruptions").cast(pl.Float64).median().alias("median")))
@@ -403,7 +683,7 @@ def _daily(con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame) -> pl.DataFrame:
         (pl.col("interruptions").cast(pl.Float64) > 3 * pl.max_horizontal(pl.col("median").fill_null(0), pl.lit(1.0)))
         .alias("spike")
     )
-    return df.drop(["ran", "median"])
+    return df.drop(["ran", "median"]).sort(keys)
 
 
 def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:

@@ -39,6 +39,9 @@ HOUR_UNITS = r"^(hrs?|hours?|1 hours?|100 hours|h|hour)$"
 CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
 SPOT_RANK = CATEGORIES.index("spot_compute") + 1
 FEE_RANK = CATEGORIES.index("restart_fee") + 1
+# what restart windows look at by charge period: the fees, checkpoint re-reads and egress (and signal lines)
+WINDOW_RANKS = tuple(CATEGORIES.index(c) + 1 for c in ("restart_fee", "storage_reread", "checkpoint_egress"))
+GROUPS_VERSION = 2  # 2: the charge period is kept for the restart-window lines too (older groups are rebuilt)
 
 KEY_COLUMNS = ["x_Provider", "BillingCurrency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "Tags"]
 KEY_HASH = "hash(" + ", ".join(f"l.{c}" for c in KEY_COLUMNS) + ")"
@@ -63,16 +66,18 @@ def _span(t: str = "l") -> str:
 
 SPOT = f"c.rank = {SPOT_RANK}"  # over line_items l LEFT JOIN <ranks> c
 FEE = f"c.rank = {FEE_RANK}"
+TIMED = f"({SPOT} OR c.rank IN ({', '.join(map(str, WINDOW_RANKS))}) OR COALESCE(c.signal, FALSE))"
 
 # What a group is besides its attribution key, over line_items l LEFT JOIN <ranks> c: billing period, day,
-# category rank, interruption signal, and for spot compute the charge period (the same locally and on engines).
+# category rank, interruption signal, and the charge period for spot compute (spot hours, churn) and for the lines
+# restart windows place in time: fees, signals, checkpoint re-reads and egress (the same locally and on engines).
 GROUP_COLUMNS = [
     ("bps", "l.BillingPeriodStart"),
     ("day", "CAST(l.ChargePeriodStart AS DATE)"),
     ("rank", "c.rank"),
     ("signal", "COALESCE(c.signal, FALSE)"),
-    ("cps", f"CASE WHEN {SPOT} THEN l.ChargePeriodStart END"),
-    ("cpe", f"CASE WHEN {SPOT} THEN l.ChargePeriodEnd END"),
+    ("cps", f"CASE WHEN {TIMED} THEN l.ChargePeriodStart END"),
+    ("cpe", f"CASE WHEN {TIMED} THEN l.ChargePeriodEnd END"),
 ]
 
 
@@ -152,7 +157,7 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
         for name, sql in index_sql():  # the search index, valid exactly as long as the groups
             con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}")
         con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
-                    "(SELECT count(*) FROM line_items) AS lines", [run_id])
+                    f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
     return groups, keys
 
 
@@ -210,6 +215,14 @@ def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
         "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
         "AND table_name = 'line_groups'").fetchall()}
     if "od" not in cols:  # built by an older version: rebuild on the fly
+        return None
+    meta = {r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND table_name = 'line_groups_meta'").fetchall()}
+    if "version" not in meta:
+        return None
+    row = con.execute("SELECT max(version) FROM line_groups_meta").fetchone()
+    if not row or row[0] is None or int(row[0]) < GROUPS_VERSION:
         return None
     row = con.execute("SELECT (SELECT run_id FROM line_groups_meta) = (SELECT max(run_id) FROM tag_runs) "
                       "AND (SELECT lines FROM line_groups_meta) = (SELECT count(*) FROM line_items)").fetchone()
@@ -321,7 +334,8 @@ def with_ctes(ctes: list[tuple[str, str]]) -> str:
 
 
 def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> list[tuple[str, str]]:
-    """Step 3: ba_agg, ba_spot_hours and ba_spot_res from the groups and ``ba_attr``."""
+    """Step 3: ba_agg, ba_spot_hours, ba_spot_res and ba_win (the restart-window lines by charge period: fees,
+    signals, checkpoint re-reads and egress) from the groups and ``ba_attr``."""
     if basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     cost = basis
@@ -347,6 +361,11 @@ SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS curre
        MIN(g.cps) AS s, MAX(g.cpe) AS e
 FROM {joined} AND g.rank = {SPOT_RANK} AND k.ResourceId IS NOT NULL AND t.job <> '{UNATTRIBUTED}'
 GROUP BY t.job, t.team, k.provider, k.currency, k.ResourceId"""),
+        ("ba_win", f"""
+SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {cat} AS category,
+       g.signal AS signal, g.cps AS s, g.cpe AS e, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.fee_n) AS fee_n
+FROM {joined} AND (g.rank IN ({", ".join(map(str, WINDOW_RANKS))}) OR g.signal)
+GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe"""),
     ]
 
 

@@ -198,7 +198,8 @@ def rules_option(f: F) -> F:
 
 basis_option = click.option(
     "--cost-basis", type=click.Choice(["effective", "billed", "list"]), default="effective", show_default=True,
-    help="Which cost the money columns use (the on-demand equivalent is always list cost).",
+    help="Which cost the components and totals are shown in; savings are always effective spot cost against "
+         "the on-demand equivalent (list cost).",
 )
 
 

@@ -25,6 +25,19 @@ from billing_audit.cli.options import (
 )
 from billing_audit.store import IngestReport
 
+fail_on_option = click.option(
+    "--fail-on", "fail_on", multiple=True, type=click.Choice(list(app.FAIL_ON)),
+    help="Exit 1 when a job row is over_budget (a budget broken) or gets switch_to_on_demand, listing the rows "
+         "on stderr (repeatable).")
+
+
+def _fail(rep: Any, fail_on: tuple[str, ...]) -> None:
+    rows = app.failing_rows(rep, fail_on)
+    for line in rows:
+        say(line)
+    if rows:
+        sys.exit(1)
+
 
 @click.command()
 @db_option
@@ -34,12 +47,13 @@ from billing_audit.store import IngestReport
 @click.option("--out", "out_file", type=click.Path(dir_okay=False),
               help="Write to this file instead of stdout (- is stdout); its folder must exist.")
 @basis_option
+@fail_on_option
 @engine_options
 @wait_option
 @bom_option
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
-           engine_opts: dict[str, Any], wait: float) -> None:
+           fail_on: tuple[str, ...], engine_opts: dict[str, Any], wait: float) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
     Reads the store and the rule hits (run `billing-audit tag` first), read-only: side by side with
@@ -53,6 +67,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
       billing-audit report --engine spark --spark-master spark://head:7077
+      billing-audit report --period 2026-10 --fail-on over_budget   # exit 1 listing rows over a budget
     """
     engine, options = engine_settings(engine_opts)
     result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say)
@@ -62,6 +77,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         print_run(result.engine_run)
     if fmt == "table" and out_file is None:
         print_report(result.report)
+        _fail(result.report, fail_on)
         return
     for w in result.report.warnings:
         say(f"warning: {w}")
@@ -71,13 +87,15 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         say(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)  # each format is inert already (billing_audit.inert)
+    _fail(result.report, fail_on)
 
 
 @click.command()
 @db_option
 @config_option()
 @period_option()
-@click.option("--by", type=click.Choice(["team", "job"]), default="team", show_default=True)
+@click.option("--by", type=click.Choice(["team", "job", "team,provider"]), default="team", show_default=True,
+              help="One row per period x team (or job, or team and provider) x currency.")
 @format_option("csv", "parquet", "json")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
               help="File to write (its folder must exist); - writes csv or json to stdout.")
@@ -89,7 +107,8 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
     """The finance file: per-team (or per-job) interruption surcharges.
 
     One row per billing period x team (or job) x currency with every component and
-    the total.  CSV is plain RFC 4180; text cells that start with = + - @ are
+    the total; a file beside it (NAME.totals.EXT) sums the rows per period and currency and
+    shows the store's own total cost beside them (ties: true).  CSV is plain RFC 4180; text cells that start with = + - @ are
     prefixed with ' so a tag value cannot become a spreadsheet formula.
 
     \b
@@ -114,6 +133,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @click.option("--out", "out_dir", default="audit-report", show_default=True, type=click.Path(file_okay=False),
               help="Folder for report.html, report.json, jobs.csv and teams.csv.")
 @basis_option
+@fail_on_option
 @quiet_option("No progress bar or table.")
 @engine_options
 @wait_option
@@ -121,7 +141,8 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @follow_outside_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, quiet: bool, engine_opts: dict[str, Any], wait: float, follow_outside: bool) -> None:
+          cost_basis: str, fail_on: tuple[str, ...], quiet: bool, engine_opts: dict[str, Any], wait: float,
+          follow_outside: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -151,6 +172,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
     if result.ingest.failed:
         sys.exit(2)
+    _fail(result.report, fail_on)
 
 
 COMMANDS = (report, export, audit)

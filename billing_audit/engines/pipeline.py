@@ -8,9 +8,10 @@ Over a relation ``line_items`` in the canonical (FOCUS + x_) schema, one query:
    with the job and team tags extracted because not every engine can group by a map);
 3. attribution and the aggregates of :mod:`billing_audit.rollup` run on the groups.
 
-What comes back is four small result sets in one (a ``kind`` column tells them apart): per job, team,
+What comes back is five small result sets in one (a ``kind`` column tells them apart): per job, team,
 provider, currency, day and category (``agg``); spot hours per job (``hours``); each spot resource's run
-(``res``); hits per rule (``rule``).  They land in the local store (:func:`store_results`) and the report
+(``res``); the restart-window lines per charge period (``win``: fees, signals, checkpoint re-reads and egress,
+their period in ``s``/``e``); hits per rule (``rule``).  They land in the local store (:func:`store_results`) and the report
 layer reads them exactly as it reads the local engine's.
 
 Spot savings are measured here with the export's own on-demand cost only (:func:`billing_audit.rollup.export_od`,
@@ -132,6 +133,7 @@ WHERE {pf} GROUP BY h.rule_id, h.category"""))
                "od_cost": "CAST(od_cost AS DECIMAL(38,12))"}) + " FROM ba_agg",
         row("hours", base | {"spot_hours": "spot_hours"}) + " FROM ba_spot_hours",
         row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e"}) + " FROM ba_spot_res",
+        row("win", base | {c: c for c in ("category", "signal", "n", "cost", "fee_n", "s", "e")}) + " FROM ba_win",
         row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
     ])
     return [*ctes, ("result", final)]
@@ -184,7 +186,8 @@ class EngineRun:
 
 def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None) -> str:
     """What makes two engine runs comparable: the attribution config, the rules and their parameters."""
-    blob = json.dumps({"attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
+    blob = json.dumps({"groups": rollup.GROUPS_VERSION,
+                       "attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
                        "rules": [(r.id, r.sql) for r in rules], "params": params or {}}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -235,9 +238,10 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                   "THEN list_cost END AS od_cost",
         "ba_spot_hours": "job, team, provider, currency, spot_hours",
         "ba_spot_res": "job, team, provider, currency, ResourceId, s, e",
+        "ba_win": "job, team, provider, currency, category, signal, s, e, n, cost, fee_n",
         "ba_fired": "rule_id, category, n AS lines",
     }
-    kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_fired": "rule"}
+    kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_win": "win", "ba_fired": "rule"}
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12)")
     for table, cols in sel.items():

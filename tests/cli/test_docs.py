@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from billing_audit.cli import main
@@ -75,3 +77,37 @@ def test_top_level_help_says_what_audit_does() -> None:
                   "report.html, report.json, jobs.csv, teams.csv", "--db, -q/--quiet and --debug go before",
                   "audit The monthly audit in one command: ingest PATHS, tag, report, write four files."):
         assert words in text, words
+
+
+def _definitions() -> dict[str, str]:
+    """The README's definitions table: each field (a backticked name in the first cell) and its formula."""
+    start = README.index("**Definitions.**")
+    table = README[start:README.index("**Restart windows.**", start)]
+    out: dict[str, str] = {}
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        fields, formula = line[2:].split(" | ", 1)
+        for name in re.findall(r"`([a-z_]+)`", fields):
+            out[name] = formula
+    return out
+
+
+def test_the_readmes_formulas_name_the_columns_the_json_has() -> None:
+    """Every job field of the JSON is defined in the README, every defined field is in the JSON, and every
+    column a formula names is one of the JSON's (or a config key it names)."""
+    from billing_audit.report import FINANCE_COLUMNS, JOB_EXTRA, JOB_FIELDS
+
+    defined = _definitions()
+    json_fields = set(JOB_FIELDS) | set(JOB_EXTRA)
+    assert set(defined) == json_fields, (set(defined) ^ json_fields)
+    config_keys = {"checkpoint_interval_minutes", "restart_minutes", "fee_lines", "signals", "inferred", "none",
+                   "switch_to_on_demand", "review", "keep_spot", "attribute", "spike", "on_demand_cost", "spot_cost",
+                   "overhead", "daily", "n/a"}
+    for field, formula in defined.items():
+        named = set(re.findall(r"`([a-z_]+)`", formula))
+        unknown = {n for n in named if n not in json_fields and n not in config_keys and not n.startswith("budgets")}
+        assert not unknown, f"{field}: the formula names {unknown}, which the JSON does not have"
+    listed = re.findall(r"`([a-z_]+)`", README[README.index("**The finance columns**"):README.index(
+        "(per job, the advice")])
+    assert listed[-len(FINANCE_COLUMNS):] == FINANCE_COLUMNS  # the same columns, in the same order

@@ -177,7 +177,7 @@ def test_job_flow(peers: tuple[AthenaPeer, AwsPeer], client: Any, store_path: Pa
     with billing_audit.open(store_path) as store:
         local = store.con.execute(pipeline.engine_sql("duckdb", rules, cfg, PERIOD, "effective")).fetchall()
     kinds = {r[0] for r in local}
-    assert {"agg", "hours", "res", "rule"} <= kinds and len(local) > 7  # enough rows for several pages
+    assert {"agg", "hours", "res", "rule", "win"} <= kinds and len(local) > 7  # enough rows for several pages
     peer.queue.append(_canned(local, scanned=123_456_789, page_size=7))
 
     result = athena.run(client, "cur_db", "cur2_export", "cur2", PERIOD, "audit-wg", OUTPUT,

@@ -130,7 +130,7 @@ def local_rows(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, ...]
         assert not rep.errors, rep.errors
         store.tag()
         rows = store.con.execute(pipeline.engine_sql("duckdb", RULES, Config(), PERIOD, "effective")).fetchall()
-    assert {r[0] for r in rows} == {"agg", "hours", "res", "rule"}  # every kind, DATETIME cells included
+    assert {r[0] for r in rows} == {"agg", "hours", "res", "rule", "win"}  # every kind, DATETIME cells included
     return [tuple(r) for r in rows]
 
 

@@ -85,7 +85,9 @@ def test_spark_report_equals_the_local_report(stores: dict[str, Path], period: s
         local = build_report(store, CFG, period, basis).to_dict()
         run_id = run_engine(store, "spark", RULES, CFG, period, basis, spark_master=MASTER,
                             spark_lines=str(path) + ".lines")
-        remote = build_report(store, CFG, period, basis, engine_run=run_id)
+        savings = run_engine(store, "spark", RULES, CFG, period, "effective", spark_master=MASTER,
+                             spark_lines=str(path) + ".lines") if basis != "effective" else None
+        remote = build_report(store, CFG, period, basis, engine_run=run_id, savings_run=savings)
         fired_local = build_report(store, CFG, period, basis).rules_fired
         kinds = {r[0] for r in store.con.execute("SELECT DISTINCT kind FROM engine_results WHERE run_id = ?",
                                                  [run_id]).fetchall()}
@@ -93,7 +95,7 @@ def test_spark_report_equals_the_local_report(stores: dict[str, Path], period: s
     assert remote.to_dict() == local
     assert remote.rules_fired.equals(fired_local)
     assert any(j["job"] == "alpha" for j in local["jobs"])
-    assert kinds <= {"agg", "hours", "res", "rule"} and "agg" in kinds  # only aggregates came back:
+    assert kinds <= {"agg", "hours", "res", "rule", "win"} and "agg" in kinds  # only aggregates came back:
     assert "x_LineItemId" not in columns  # no line ids, no per-line rows
 
 

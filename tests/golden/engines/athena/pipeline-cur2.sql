@@ -581,8 +581,18 @@ WITH line_items AS (
     CAST(l.ChargePeriodStart AS DATE) AS day,
     c.rank AS rank,
     COALESCE(c.signal, FALSE) AS signal,
-    CASE WHEN c.rank = 6 THEN l.ChargePeriodStart END AS cps,
-    CASE WHEN c.rank = 6 THEN l.ChargePeriodEnd END AS cpe,
+    CASE
+      WHEN (
+        c.rank = 6 OR c.rank IN (1, 3, 4) OR COALESCE(c.signal, FALSE)
+      )
+      THEN l.ChargePeriodStart
+    END AS cps,
+    CASE
+      WHEN (
+        c.rank = 6 OR c.rank IN (1, 3, 4) OR COALESCE(c.signal, FALSE)
+      )
+      THEN l.ChargePeriodEnd
+    END AS cpe,
     COUNT(*) AS n,
     SUM(COALESCE(l.EffectiveCost, 0)) AS effective,
     SUM(COALESCE(l.ListCost, 0)) AS list,
@@ -787,8 +797,18 @@ WITH line_items AS (
     CAST(l.ChargePeriodStart AS DATE),
     c.rank,
     COALESCE(c.signal, FALSE),
-    CASE WHEN c.rank = 6 THEN l.ChargePeriodStart END,
-    CASE WHEN c.rank = 6 THEN l.ChargePeriodEnd END
+    CASE
+      WHEN (
+        c.rank = 6 OR c.rank IN (1, 3, 4) OR COALESCE(c.signal, FALSE)
+      )
+      THEN l.ChargePeriodStart
+    END,
+    CASE
+      WHEN (
+        c.rank = 6 OR c.rank IN (1, 3, 4) OR COALESCE(c.signal, FALSE)
+      )
+      THEN l.ChargePeriodEnd
+    END
 ), line_group_keys AS (
   SELECT
     ROW_NUMBER() OVER (
@@ -1074,6 +1094,56 @@ WITH line_items AS (
     k.provider,
     k.currency,
     k.ResourceId
+), ba_win AS (
+  SELECT
+    t.job AS job,
+    t.team AS team,
+    k.provider AS provider,
+    k.currency AS currency,
+    CASE g.rank
+      WHEN 1
+      THEN 'restart_fee'
+      WHEN 2
+      THEN 'other_compute_charge'
+      WHEN 3
+      THEN 'storage_reread'
+      WHEN 4
+      THEN 'checkpoint_egress'
+      WHEN 5
+      THEN 'interruption_signal'
+      WHEN 6
+      THEN 'spot_compute'
+      WHEN 7
+      THEN 'on_demand_compute'
+      WHEN 8
+      THEN 'custom'
+    END AS category,
+    g.signal AS signal,
+    g.cps AS s,
+    g.cpe AS e,
+    SUM(g.n) AS n,
+    SUM(g.effective) AS cost,
+    SUM(g.fee_n) AS fee_n
+  FROM line_groups AS g
+  JOIN ba_attr AS t
+    ON t.h = g.h
+  JOIN line_group_keys AS k
+    ON k.h = g.h
+  WHERE
+    g.bps >= CAST('2026-10-18 00:00:00' AS TIMESTAMP)
+    AND g.bps < CAST('2026-11-17 00:00:00' AS TIMESTAMP)
+    AND (
+      g.rank IN (1, 3, 4) OR g.signal
+    )
+  GROUP BY
+    t.job,
+    t.team,
+    k.provider,
+    k.currency,
+    g.rank,
+    g.signal,
+    g.cps,
+    g.cpe
 ), fired AS (
   SELECT
     h.rule_id AS rule_id,
@@ -1157,6 +1227,28 @@ SELECT
   CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
   CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_spot_res
+UNION ALL
+SELECT
+  'win' AS kind,
+  job AS job,
+  team AS team,
+  provider AS provider,
+  currency AS currency,
+  CAST(NULL AS DATE) AS day,
+  category AS category,
+  signal AS signal,
+  n AS n,
+  cost AS cost,
+  CAST(NULL AS DECIMAL(38, 12)) AS list_cost,
+  fee_n AS fee_n,
+  CAST(NULL AS BIGINT) AS priced,
+  CAST(NULL AS DECIMAL(38, 12)) AS spot_hours,
+  CAST(NULL AS VARCHAR) AS ResourceId,
+  s AS s,
+  e AS e,
+  CAST(NULL AS VARCHAR) AS rule_id,
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+FROM ba_win
 UNION ALL
 SELECT
   'rule' AS kind,
