@@ -152,6 +152,7 @@ def commands(h: Hostile) -> dict[str, list[str]]:
         "explain": ["explain", h.restart_line, *db],
         **{f"summary {f}": ["summary", *db, "--format", f] for f in ("table", "csv", "json")},
         **{f"summary --exports {f}": ["summary", "--exports", *db, "--format", f] for f in ("table", "csv", "json")},
+        **{f"prices list {f}": ["prices", "list", *db, "--format", f] for f in ("table", "csv", "json")},
         "tag": ["tag", *db, *rules],
     }
     return out
@@ -257,6 +258,7 @@ def test_with_force_color_no_link_or_sequence_gets_through(hostile: Hostile, tmp
 CSV_OUTPUTS = {  # every command and format that emits CSV: (command path, how the test runs it)
     "summary": ["summary --csv", "summary --exports csv"],
     "rules list": ["rules list csv"],
+    "prices list": ["prices list csv"],
     "search": ["search csv", "search --lines csv"],
     "report": ["report csv"],
     "export": ["export --by team", "export --by job"],
@@ -305,6 +307,7 @@ def test_every_csv_neutralises_formulas(hostile: Hostile, outputs: dict[str, tup
         "summary --csv": outputs["summary csv"][1],
         "summary --exports csv": outputs["summary --exports csv"][1],
         "rules list csv": outputs["rules list csv"][1],
+        "prices list csv": outputs["prices list csv"][1],
         "search csv": outputs["search csv"][1],
         "search --lines csv": outputs["search --lines csv"][1],
         "report csv": outputs["report csv"][1],

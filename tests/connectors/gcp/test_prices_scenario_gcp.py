@@ -13,7 +13,8 @@ export alone measures no spot savings.  Spot lines (rule BA001), per job:
   interruption, recompute 0.72 and restart idle 0.24 = 1.1328.
 - ``detr-large-12`` (EUR, europe-west4): 2 x 8 h H100 at 17.0828 and 2 x 208 h A3 cores at 0.919296: spot 36.004192.
 - unattributed EUR (team vision-eu): 1 h "Spot Preemptible Nvidia Tesla A100 GPU running in EMEA" at 1.0248, and
-  the team's checkpoint re-reads 0.0184 + 0.9234 = 0.9418 of overhead.
+  the team's checkpoint re-reads 0.0184 + 0.9234 = 0.9418; no interruption is counted for it, so they fall in no
+  restart window: unlinked checkpoint I/O, not overhead (issue #17).
 
 **Step 0, the bill alone.**  The only line bought on demand at its price is the 1 h on-demand A100 at 2.93872
 (the on-demand A2 core lines carry sustained-use, promotion or committed-use credits: no on-demand price).  So
@@ -25,8 +26,8 @@ over the bill: A100 3 x 8 x 2.933908 = 70.413792, cores 3 x 96 x 0.031611 = 9.10
 26.43312 + 1.1088 = 27.54192, gross 51.97584, unpriced (RAM) 0.6372864: partly priced.  t5-xxl-ft: unpriced,
 savings and erosion n/a.  USD coverage 27.54192 / (27.54192 + 0.6372864 + 2.88) = 88.68 %.
 detr-large-12: H100 2 x 8 x 10.230325 = 163.6852, A3 cores 2 x 208 x 0.0182692 = 7.5999872; od 171.2851872,
-gross 135.2809952, no overhead: 0 % eroded.  Unattributed EUR: od 3.4105, gross 2.3857, net 2.3857 - 0.9418 =
-1.4439, eroded 0.9418 / 2.3857 = 39.4769 %.
+gross 135.2809952, no overhead: 0 % eroded.  Unattributed EUR: od 3.4105, gross 2.3857, no overhead (the
+0.9418 of re-reads is unlinked), net 2.3857, 0 % eroded.
 
 **Step 2, the whole fixture pricing export** adds the A2 RAM price: 4170 x 0.004237 = 17.66829; llm-pretrain-3 od
 97.18605, gross 97.18605 - 28.1792064 = 69.0068436, fully priced.
@@ -128,8 +129,8 @@ def test_spot_savings_from_the_bill_then_price_references(store: billing_audit.S
     detr = jobs[("detr-large-12", "EUR")]
     assert _savings(detr) == (D("36.004192"), D("171.2851872"), D("135.2809952"), D(0), D("135.2809952"), D(0))
     eu = jobs[("(unattributed)", "EUR")]
-    assert _savings(eu) == (D("1.0248"), D("3.4105"), D("2.3857"), D("0.9418"), D("1.4439"), D(0))
-    assert eu["savings_eroded_pct"] == pytest.approx(float(D("0.9418") / D("2.3857") * 100), abs=1e-9)
+    assert _savings(eu) == (D("1.0248"), D("3.4105"), D("2.3857"), D(0), D("2.3857"), D(0))
+    assert eu["checkpoint_io_unlinked"] == D("0.9418") and eu["savings_eroded_pct"] == 0.0
     rep2 = build_report(store, load_config(None))
     totals = {t["currency"]: t for t in rep2.totals.iter_rows(named=True)}
     assert totals["USD"]["spot_cost_priced"] == D("27.54192")
