@@ -650,6 +650,10 @@ WITH line_items AS (
               THEN (
                 CAST(NULL AS DECIMAL(38, 12))
               )
+              WHEN 'gcp'
+              THEN (
+                NULL
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -666,6 +670,10 @@ WITH line_items AS (
               WHEN 'azure'
               THEN (
                 CAST(NULL AS DECIMAL(38, 12))
+              )
+              WHEN 'gcp'
+              THEN (
+                NULL
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -692,6 +700,10 @@ WITH line_items AS (
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -708,6 +720,10 @@ WITH line_items AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -737,6 +753,10 @@ WITH line_items AS (
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -753,6 +773,10 @@ WITH line_items AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -1247,7 +1271,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_win
 UNION ALL
 SELECT

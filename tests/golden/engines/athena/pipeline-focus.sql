@@ -672,6 +672,10 @@ WITH line_items AS (
               THEN (
                 CAST(NULL AS DECIMAL(38, 12))
               )
+              WHEN 'gcp'
+              THEN (
+                NULL
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -688,6 +692,10 @@ WITH line_items AS (
               WHEN 'azure'
               THEN (
                 CAST(NULL AS DECIMAL(38, 12))
+              )
+              WHEN 'gcp'
+              THEN (
+                NULL
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -714,6 +722,10 @@ WITH line_items AS (
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -730,6 +742,10 @@ WITH line_items AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -759,6 +775,10 @@ WITH line_items AS (
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -775,6 +795,10 @@ WITH line_items AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS DECIMAL(38, 12))
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -1269,7 +1293,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
-  CAST(NULL AS DECIMAL(38, 12)) AS unpriced
+  CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
 FROM ba_win
 UNION ALL
 SELECT

@@ -911,6 +911,10 @@ WITH gcp_fields AS (
               THEN (
                 CAST(NULL AS BIGNUMERIC)
               )
+              WHEN 'gcp'
+              THEN (
+                NULL
+              )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
           ) > 0
@@ -927,6 +931,10 @@ WITH gcp_fields AS (
               WHEN 'azure'
               THEN (
                 CAST(NULL AS BIGNUMERIC)
+              )
+              WHEN 'gcp'
+              THEN (
+                NULL
               )
               ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
             END
@@ -953,6 +961,10 @@ WITH gcp_fields AS (
                 THEN (
                   CAST(NULL AS BIGNUMERIC)
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -969,6 +981,10 @@ WITH gcp_fields AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS BIGNUMERIC)
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -998,6 +1014,10 @@ WITH gcp_fields AS (
                 THEN (
                   CAST(NULL AS BIGNUMERIC)
                 )
+                WHEN 'gcp'
+                THEN (
+                  NULL
+                )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
             ) > 0
@@ -1014,6 +1034,10 @@ WITH gcp_fields AS (
                 WHEN 'azure'
                 THEN (
                   CAST(NULL AS BIGNUMERIC)
+                )
+                WHEN 'gcp'
+                THEN (
+                  NULL
                 )
                 ELSE CASE WHEN l.ListCost > l.EffectiveCost THEN l.ListCost END
               END
@@ -1616,7 +1640,8 @@ SELECT
   s AS s,
   e AS e,
   CAST(NULL AS STRING) AS rule_id,
-  CAST(NULL AS BIGNUMERIC) AS unpriced
+  CAST(NULL AS BIGNUMERIC) AS unpriced,
+  CAST(NULL AS BIGNUMERIC) AS od_cost
 FROM ba_win
 UNION ALL
 SELECT
