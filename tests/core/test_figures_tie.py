@@ -27,7 +27,7 @@ MONEY = [c for c in FINANCE_COLUMNS if c != "interruptions"]
 
 
 def _dec(v: object) -> Decimal | None:
-    if v is None or v == "":
+    if v is None or v == "" or v == "n/a":  # a figure that cannot be measured: n/a in CSV, null in JSON
         return None
     return Decimal(str(v))
 
