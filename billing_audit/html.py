@@ -120,6 +120,11 @@ footer { margin-top: 3rem; color: var(--muted); font-size: .8rem; }
   body { max-width: none; padding: 0; font-size: 10pt; }
   nav, details summary { display: none; }
   .scroll { overflow: visible; border: 0; }
+  table { table-layout: fixed; }
+  th, td, td.num, th.num { white-space: normal; overflow-wrap: anywhere; padding: .2rem .25rem; }
+  .chart svg { max-width: 100%; }
+  dl.fields { grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); }
+  dl.fields dt, dl.fields dd { overflow-wrap: anywhere; }
   .chart, .kpi, tr, .currency-block { break-inside: avoid; }
   h2, h3 { break-after: avoid; }
   th { position: static; }
@@ -336,11 +341,11 @@ def _job_labels(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{lab} · {r['team']}" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
 
 
-def _short(text: str, n: int = 30) -> str:
+def _short(text: str, n: int = 26) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-W, LABEL_W, VALUE_W, BAR_H, GAP = 720, 210, 120, 14, 9
+W, LABEL_W, VALUE_W, BAR_H, GAP = 720, 180, 215, 14, 9
 
 
 def _svg(key: str, rows: list[Bar], currency: str) -> str:
