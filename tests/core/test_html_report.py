@@ -518,6 +518,10 @@ def test_demo_prints_cleanly(browser: Any, demo: tuple[Path, Path], tmp_path: Pa
     try:
         o.page.emulate_media(media="print")
         assert o.page.locator("nav").is_visible() is False
+        closed = o.page.locator("details:not([open])").count()
+        assert closed == o.page.locator("table#jobs tbody tr").count() > 0
+        o.page.pdf(path=str(tmp_path / "first.pdf"), format="A4")  # printing opens every row's details (beforeprint)
+        assert o.page.locator("details:not([open])").count() == 0
         o.page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")  # as beforeprint does
         got = o.page.evaluate(_OVERFLOW.replace("if (e.closest('.scroll')) return false;", ""))
         assert got["scroll"] <= 700 and got["wide"] == [], got  # on paper nothing scrolls: every table fits
