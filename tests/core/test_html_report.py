@@ -530,3 +530,23 @@ def test_demo_prints_cleanly(browser: Any, demo: tuple[Path, Path], tmp_path: Pa
         assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 10_000
     finally:
         o.close()
+
+
+def test_report_command_html_carries_the_period_and_as_of(demo: tuple[Path, Path], tmp_path: Path) -> None:
+    """`billing-audit report --period P --format html`: the one period, dated by the deliveries that own it."""
+    from click.testing import CliRunner
+
+    from billing_audit import app
+    from billing_audit.cli import main
+
+    db = demo[0]
+    with billing_audit.open(db, read_only=True) as store:
+        owners = store.owners().filter(pl.col("period") == "2026-10")
+    want = owners["dated"].max()
+    assert want is not None and want != app.summary_report(str(db)).as_of  # an older time than the whole store's
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", "--db", str(db), "--period", "2026-10", "--format", "html", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    title = re.search(r"<title>(.*?)</title>", out.read_text(encoding="utf-8"))
+    assert title is not None
+    assert title.group(1) == f"Spot interruption overhead, 2026-10 (data as of {want:%Y-%m-%d %H:%M}), cost basis effective"
