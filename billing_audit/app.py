@@ -346,6 +346,7 @@ def tag(db: str | Store, rule_dirs: Sequence[str | Path] = (), select: Sequence[
 class ReportResult:
     report: Report
     engine_run: EngineRun | None = None  # the engine run the report reads, when not duckdb
+    as_of: datetime | None = None  # the data's as-of time (:func:`data_as_of`), shown in the HTML title
 
 
 def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engine: str,
@@ -412,11 +413,20 @@ def report(db: str | Store, config_path: str | None = None, period: str | None =
         with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
             result = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=True)
             period_warning(store, period, result.report)
+            result.as_of = data_as_of(store, period)
             return result
     with _opened(db) as store:
-        result = ReportResult(build_report(store, cfg, period, basis))
+        result = ReportResult(build_report(store, cfg, period, basis), as_of=data_as_of(store, period))
         period_warning(store, period, result.report)
         return result
+
+
+def data_as_of(store: Store, period: str | None = None) -> datetime | None:
+    """The newest export time of the deliveries that own ``period`` (all periods when None), as
+    :func:`summary_report` finds it; None when the store holds none."""
+    held = _narrow(store.owners(), period, None)
+    newest = held["dated"].max() if held.height else None
+    return newest if isinstance(newest, datetime) else None
 
 
 def period_warning(store: Any, period: str | None, rep: Report) -> None:
@@ -491,7 +501,7 @@ def export_text(df: pl.DataFrame, fmt: str) -> str:
     return outputs.export_text(df, fmt)
 
 
-def render_report(report: Report, fmt: str) -> str:
+def render_report(report: Report, fmt: str, as_of: datetime | None = None) -> str:
     """The report as text: json, csv (the job table), markdown, html or table (plain text of the rich tables)."""
     import os
 
@@ -508,7 +518,7 @@ def render_report(report: Report, fmt: str) -> str:
     if fmt == "html":
         from billing_audit.html import render_html
 
-        return render_html(report)
+        return render_html(report, as_of)
     if fmt == "table":
         from rich.console import Console
 
@@ -596,10 +606,11 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
         else:
             store.tag(checkpoint=cfg.checkpoint_settings())
             rep = build_report(store, cfg, period, basis)
+        as_of = data_as_of(store, period)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(outputs.report_json(rep), encoding="utf-8")
-    (folder / "report.html").write_text(render_html(rep), encoding="utf-8")
+    (folder / "report.html").write_text(render_html(rep, as_of), encoding="utf-8")
     with open(folder / "jobs.csv", "w", newline="", encoding="utf-8") as f:
         inert.write_csv(outputs.finance_rows(rep, "job"), f)
     with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:

@@ -1,15 +1,15 @@
 """The HTML report: one self-contained file a FinOps reviewer can mail around.
 
-``render_html(report)`` returns a single HTML document.  Everything it needs is
-inline: the CSS, plotly.js (embedded once, from the installed ``plotly``
-package), the figure data and a few lines of start-up script.  Opening it makes
-no network request; a Content-Security-Policy in the page forbids any, and only
-the page's own two scripts (pinned by hash) may run.
+``render_html(report, as_of)`` returns a single HTML document.  Everything it needs is
+inline: the CSS and the charts, drawn here as plain SVG horizontal bars (no charting
+library, no script needed to see them).  Opening it makes no network request; a
+Content-Security-Policy in the page forbids any, and only the page's one small script
+(pinned by hash: it opens the per-job details before printing) may run.
 
 Money is never summed across currencies: every chart is drawn once per currency
-and every money cell carries its currency code.  Every text value (job and team
-names come from tags on untrusted bills) is escaped, both for HTML and for
-plotly's own pseudo-HTML in chart labels.
+and every money cell carries its currency code.  A saving that cannot be measured
+(n/a) is never drawn, and each chart says how many jobs it left out.  Every text
+value (job and team names come from tags on untrusted bills) is escaped.
 """
 
 from __future__ import annotations
@@ -17,20 +17,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import date, datetime, time, timedelta
+from dataclasses import dataclass
+from datetime import date, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-import plotly.graph_objects as go
 import polars as pl
-from plotly.offline import get_plotlyjs
 
 import billing_audit
-from billing_audit.inert import NOT_MEASURED, clean, json_inert
+from billing_audit.inert import NOT_MEASURED, clean
 from billing_audit.report import MONEY_FIELDS, Report
 from billing_audit.rollup import UNATTRIBUTED
 
@@ -45,6 +42,13 @@ COMPONENTS: list[tuple[str, str, str, bool]] = [
 ]
 ESTIMATE_FIELDS = {"recompute_cost_estimate", "restart_idle_cost_estimate"}
 MONEY = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "unattributed_cost", "overhead"}
+COUNTS = {"interruptions", "lines", "rows", "jobs"}
+TOP = 10  # jobs drawn per chart; the rest are summed into one "other N jobs" bar
+TOP_DAYS = 31  # active days drawn in the daily chart
+# What a reviewer reads in the jobs table; every other field is in the row's details.
+JOB_COLUMNS = ["job", "team", "currency", "hidden_overhead_total", "savings_eroded_pct", "restart_fees", "recommendation"]
+JOB_HEADERS = {"hidden_overhead_total": "overhead", "savings_eroded_pct": "share of savings",
+               "restart_fees": "restart fees"}
 
 # The headline numbers shown per currency: (field, label).  ``savings_eroded_pct`` is
 # computed here from the totals (hidden overhead / gross spot savings), as report.py
@@ -60,74 +64,85 @@ HEADLINES: list[tuple[str, str]] = [
     ("unattributed_cost", "Unattributed cost"),
 ]
 
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "typesetMath": False, "showLink": False, "showSendToCloud": False}
-
 CSS = """
 :root { --fg: #1d2330; --muted: #5b6475; --line: #d9dde5; --bg-alt: #f5f7fa; --warn: #fff4d6; --warn-line: #e0b43a; }
 * { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: var(--fg);
-       margin: 0 auto; padding: 1.5rem 2rem 4rem; max-width: 1400px; line-height: 1.4; }
-h1 { font-size: 1.6rem; margin: 0 0 .25rem; }
-h2 { font-size: 1.25rem; margin: 2.2rem 0 .5rem; padding-bottom: .25rem; border-bottom: 2px solid var(--line); }
+       margin: 0 auto; padding: 1rem 1rem 3rem; max-width: 1200px; line-height: 1.4; overflow-wrap: anywhere; }
+h1 { font-size: 1.5rem; margin: 0 0 .25rem; }
+h2 { font-size: 1.25rem; margin: 2rem 0 .5rem; padding-bottom: .25rem; border-bottom: 2px solid var(--line); }
 h3 { font-size: 1.05rem; margin: 1.4rem 0 .4rem; }
 p.sub, .note { color: var(--muted); margin: .2rem 0 .8rem; }
-nav a { margin-right: 1rem; color: #2458b3; text-decoration: none; }
+nav { display: flex; flex-wrap: wrap; gap: .3rem 1rem; }
+nav a { color: #2458b3; text-decoration: none; }
 .warnings { background: var(--warn); border: 1px solid var(--warn-line); border-radius: 6px; padding: .6rem 1rem; }
 .warnings ul { margin: .3rem 0; padding-left: 1.2rem; }
 .currency-block { margin: 1rem 0 1.5rem; }
-.kpis { display: grid; grid-template-columns: repeat(auto-fill, minmax(190px, 1fr)); gap: .6rem; }
-.kpi { border: 1px solid var(--line); border-radius: 8px; padding: .6rem .8rem; background: #fff; }
+.kpis { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 190px), 1fr)); gap: .6rem; }
+.kpi { border: 1px solid var(--line); border-radius: 8px; padding: .6rem .8rem; background: #fff; min-width: 0; }
 .kpi .label { font-size: .8rem; color: var(--muted); text-transform: uppercase; letter-spacing: .03em; }
-.kpi .value { font-size: 1.35rem; font-weight: 600; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.kpi .value { font-size: 1.3rem; font-weight: 600; font-variant-numeric: tabular-nums; }
 .kpi .detail { font-size: .78rem; color: var(--muted); }
-.chart { width: 100%; min-height: 320px; margin: .4rem 0 1.2rem; }
-.scroll { overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; margin: .4rem 0 1rem; }
+.chart { margin: .4rem 0 1.4rem; max-width: 100%; }
+.chart h4 { margin: .2rem 0; font-size: .95rem; }
+.chart svg { display: block; width: 100%; height: auto; max-width: 900px; }
+.chart svg text { font-size: 12px; fill: #1d2330; }
+.chart svg text.value { fill: #5b6475; font-size: 11px; }
+.chart svg line.zero { stroke: #1d2330; stroke-width: 1; }
+.chart svg .est { fill-opacity: .55; }
+.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2rem 1rem; padding: 0; margin: .3rem 0; font-size: .8rem; }
+.swatch { display: inline-block; width: .8rem; height: .8rem; margin-right: .3rem; vertical-align: -.1rem; border-radius: 2px; }
+.swatch.est { opacity: .55; }
+.left-out { font-size: .85rem; color: var(--muted); margin: .2rem 0; }
+.scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--line); border-radius: 6px; margin: .4rem 0 1rem; }
 table { border-collapse: collapse; font-size: .82rem; width: 100%; }
 th, td { padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; text-align: left; }
-th { background: var(--bg-alt); position: sticky; top: 0; font-weight: 600; white-space: nowrap; }
-td[data-field="job"], td[data-field="team"] { white-space: nowrap; }
+th { background: var(--bg-alt); font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 .est { font-style: italic; color: #555; }
 th.est::after { content: " *"; }
-td.reasons ul { margin: 0; padding-left: 1rem; min-width: 22rem; }
+details summary { cursor: pointer; color: #2458b3; white-space: nowrap; }
+dl.fields { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: .1rem .8rem; margin: .4rem 0; }
+dl.fields dt { color: var(--muted); }
+dl.fields dd { margin: 0; font-variant-numeric: tabular-nums; }
+dl.fields ul { margin: 0; padding-left: 1rem; }
 .rec { display: inline-block; padding: .05rem .45rem; border-radius: 10px; font-size: .78rem; white-space: nowrap; }
 .rec-keep_spot { background: #dff3e3; color: #1d6b30; }
 .rec-review { background: #fff1c9; color: #7a5a00; }
 .rec-switch_to_on_demand { background: #fbdada; color: #8f1d1d; }
 .neg { color: #b3261e; }
-.spikes { margin: -.6rem 0 1rem; font-size: .85rem; }
+.spikes { margin: 0 0 1rem; font-size: .85rem; }
 .spikes .spike { color: #b3261e; font-weight: 600; }
 footer { margin-top: 3rem; color: var(--muted); font-size: .8rem; }
-@media print { .chart { break-inside: avoid; } .scroll { overflow: visible; } }
+@media print {
+  body { max-width: none; padding: 0; font-size: 10pt; }
+  nav, details summary { display: none; }
+  .scroll { overflow: visible; border: 0; }
+  table { table-layout: fixed; }
+  th, td, td.num, th.num { white-space: normal; overflow-wrap: anywhere; padding: .2rem .25rem; }
+  .chart svg { max-width: 100%; }
+  dl.fields { grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); }
+  dl.fields dt, dl.fields dd { overflow-wrap: anywhere; }
+  .chart, .kpi, tr, .currency-block { break-inside: avoid; }
+  h2, h3 { break-after: avoid; }
+  th { position: static; }
+  a { color: inherit; }
+}
 """
 
-# Draws every figure from the JSON block; the same text every time, so its CSP hash is stable.
-INIT_JS = """
-(function () {
-  var figures = JSON.parse(document.getElementById("ba-figures").textContent);
-  var config = JSON.parse(document.getElementById("ba-plotly-config").textContent);
-  var nodes = document.querySelectorAll("div.chart[data-figure]");
-  for (var i = 0; i < nodes.length; i++) {
-    var fig = figures[nodes[i].getAttribute("data-figure")];
-    Plotly.newPlot(nodes[i], fig.data, fig.layout, config);
-  }
-})();
-"""
+# Not needed to read the report: opens every row's details before printing, so the paper has them all.
+PRINT_JS = ('window.addEventListener("beforeprint", function () {'
+            ' document.querySelectorAll("details").forEach(function (d) { d.open = true; }); });')
 
 
 # ---------------------------------------------------------------- formatting
 
 
 def _e(v: Any) -> str:
-    """A value as escaped HTML text."""
+    """A value as escaped HTML text (also safe inside SVG and quoted attributes)."""
     return html.escape("" if v is None else clean(str(v)), quote=True)
-
-
-def _pl(v: Any) -> str:
-    """A value for plotly text (tick labels, legend, hover): plotly reads a subset of HTML
-    and decodes entities once, so escaping &, < and > makes it show the text as it is."""
-    return html.escape("" if v is None else clean(str(v)), quote=False)
 
 
 def _dec(v: Any) -> Decimal:
@@ -167,10 +182,6 @@ def _label(field: str) -> str:
     return field.replace("_", " ")
 
 
-def _f(v: Any) -> float:
-    return float(v) if v is not None else 0.0
-
-
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
     return [] if df is None else list(df.iter_rows(named=True))
 
@@ -186,61 +197,143 @@ def eroded_pct(overhead: Any, gross: Any) -> float | None:
     return float(_dec(overhead) / g * 100) if g > 0 else None
 
 
+def period_range(report: Report) -> str:
+    """The periods the report covers: its one period, or the first and last the ingested files hold."""
+    if report.period != "all":
+        return report.period
+    held = sorted({p.strip() for r in _rows(report.files) if r.get("periods")
+                   for p in str(r["periods"]).split(",") if p.strip()})
+    if not held:
+        days = sorted(r["day"] for r in _rows(report.daily) if r.get("day") is not None)
+        held = [days[0].strftime("%Y-%m"), days[-1].strftime("%Y-%m")] if days else []
+    if not held:
+        return "no periods"
+    return held[0] if held[0] == held[-1] else f"{held[0]} to {held[-1]}"
+
+
+def fmt_as_of(as_of: datetime | None) -> str:
+    return "unknown" if as_of is None else as_of.strftime("%Y-%m-%d %H:%M")
+
+
+def report_title(report: Report, as_of: datetime | None) -> str:
+    return (f"Spot interruption overhead, {period_range(report)} (data as of {fmt_as_of(as_of)}), "
+            f"cost basis {report.cost_basis}")
+
+
+def zero_only(row: dict[str, Any]) -> bool:
+    """A row whose every amount and count is zero or not measured: nothing to review."""
+    return all(row.get(c) is None or _dec(row[c]) == 0 for c in row if c in MONEY or c in ("interruptions",))
+
+
 # ---------------------------------------------------------------- tables
 
 
-def _cell(field: str, value: Any, row: dict[str, Any]) -> str:
+def _value_html(field: str, value: Any, row: dict[str, Any]) -> tuple[str, str]:
+    """(css classes, escaped inner HTML) of one value."""
     est = " est" if field in ESTIMATE_FIELDS else ""
     if value is None and field in NOT_MEASURED:  # spot savings without an on-demand price: not measured
-        return f'<td class="num na" data-field="{field}">n/a</td>'
+        return "num na", "n/a"
     if field in MONEY:
         neg = " neg" if value is not None and _dec(value) < 0 else ""
-        return f'<td class="num{est}{neg}" data-field="{field}">{_e(fmt_money(value, row.get("currency")))}</td>'
-    if field == "interruptions" or field in ("lines", "rows", "jobs"):
-        return f'<td class="num" data-field="{field}">{_e(fmt_count(value))}</td>'
+        return f"num{est}{neg}", _e(fmt_money(value, row.get("currency")))
+    if field in COUNTS:
+        return "num", _e(fmt_count(value))
     if field == "savings_eroded_pct":
-        return f'<td class="num" data-field="{field}">{_e(fmt_pct(value))}</td>'
+        return "num", _e(fmt_pct(value))
     if field == "spot_hours":
-        return f'<td class="num" data-field="{field}">{_e("—" if value is None else f"{float(value):,.2f}")}</td>'
+        return "num", _e("—" if value is None else f"{float(value):,.2f}")
     if field == "recommendation":
-        return f'<td data-field="{field}"><span class="rec rec-{_e(value)}">{_e(value)}</span></td>'
+        return "", f'<span class="rec rec-{_e(value)}">{_e(value)}</span>'
     if field == "reasons":
-        items = "".join(f"<li>{_e(r)}</li>" for r in (value or []))
-        return f'<td class="reasons" data-field="{field}"><ul>{items}</ul></td>'
+        return "reasons", "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in (value or [])) + "</ul>"
     if isinstance(value, list):
-        return f'<td data-field="{field}">{_e(", ".join(str(x) for x in value))}</td>'
+        return "", _e(", ".join(str(x) for x in value))
     if isinstance(value, datetime | date):
         value = value.isoformat()
-    return f'<td data-field="{field}">{_e(value)}</td>'
+    return "", _e(value)
 
 
-def _table(table_id: str, df: pl.DataFrame | None, columns: Sequence[str] | None = None, empty: str = "Nothing to show.") -> str:
-    if df is None:
-        return f'<p class="note" id="{table_id}-missing">Not available in this report.</p>'
-    cols = list(columns) if columns is not None else df.columns
-    if df.is_empty():
-        return f'<p class="note" id="{table_id}-empty">{_e(empty)}</p>'
+def _cell(field: str, value: Any, row: dict[str, Any]) -> str:
+    cls, inner = _value_html(field, value, row)
+    attr = f' class="{cls}"' if cls else ""
+    return f'<td{attr} data-field="{_e(field)}">{inner}</td>'
+
+
+def _head(cols: Sequence[str], labels: dict[str, str] | None = None) -> str:
     head = []
     for c in cols:
         cls = []
-        if c in MONEY or c in ("interruptions", "lines", "rows", "jobs", "savings_eroded_pct", "spot_hours"):
+        if c in MONEY or c in COUNTS or c in ("savings_eroded_pct", "spot_hours"):
             cls.append("num")
         if c in ESTIMATE_FIELDS:
             cls.append("est")
         attr = f' class="{" ".join(cls)}"' if cls else ""
-        head.append(f'<th{attr} data-field="{_e(c)}" title="{_e(c)}">{_e(_label(c))}</th>')
-    body = []
-    for row in df.iter_rows(named=True):
-        body.append("<tr>" + "".join(_cell(c, row.get(c), row) for c in cols) + "</tr>")
-    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{"".join(head)}</tr></thead>'
+        text = (labels or {}).get(c, _label(c))
+        head.append(f'<th{attr} data-field="{_e(c)}" title="{_e(c)}">{_e(text)}</th>')
+    return "".join(head)
+
+
+def _table(table_id: str, df: pl.DataFrame | None, columns: Sequence[str] | None = None, empty: str = "Nothing to show.",
+           rows: list[dict[str, Any]] | None = None) -> str:
+    if df is None:
+        return f'<p class="note" id="{table_id}-missing">Not available in this report.</p>'
+    cols = list(columns) if columns is not None else df.columns
+    shown = _rows(df) if rows is None else rows
+    if not shown:
+        return f'<p class="note" id="{table_id}-empty">{_e(empty)}</p>'
+    body = ["<tr>" + "".join(_cell(c, row.get(c), row) for c in cols) + "</tr>" for row in shown]
+    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{_head(cols)}</tr></thead>'
             f'<tbody>\n{chr(10).join(body)}\n</tbody></table></div>')
 
 
-# ---------------------------------------------------------------- charts
+def _jobs_table(df: pl.DataFrame | None) -> str:
+    """The columns a reviewer reads, then every field of the row one click away (a <details> per row)."""
+    if df is None:
+        return '<p class="note" id="jobs-missing">Not available in this report.</p>'
+    if df.is_empty():
+        return '<p class="note" id="jobs-empty">No jobs in this period.</p>'
+    cols = [c for c in JOB_COLUMNS if c in df.columns]
+    rest = [c for c in df.columns if c not in cols]
+    body = []
+    for row in df.iter_rows(named=True):
+        fields = []
+        for c in rest:
+            cls, inner = _value_html(c, row.get(c), row)
+            attr = f' class="{cls}"' if cls else ""
+            fields.append(f'<dt title="{_e(c)}">{_e(_label(c))}</dt><dd{attr} data-field="{_e(c)}">{inner}</dd>')
+        details = (f'<td class="more"><details><summary>all fields</summary>'
+                   f'<dl class="fields">{"".join(fields)}</dl></details></td>')
+        body.append("<tr>" + "".join(_cell(c, row.get(c), row) for c in cols) + details + "</tr>")
+    head = _head(cols, JOB_HEADERS) + '<th data-field="more">details</th>'
+    return (f'<div class="scroll"><table id="jobs"><thead><tr>{head}</tr></thead>'
+            f'<tbody>\n{chr(10).join(body)}\n</tbody></table></div>')
+
+
+# ---------------------------------------------------------------- charts (inline SVG)
+
+
+@dataclass
+class Segment:
+    field: str
+    name: str
+    colour: str
+    value: Decimal
+    estimate: bool = False
+
+
+@dataclass
+class Bar:
+    """One row of a chart: a label and one or more bars (each a stack of segments)."""
+
+    label: str
+    bars: list[list[Segment]]
+    job: str | None = None  # the job it stands for (None for "other N jobs" and days)
+    note: str = ""  # shown after the value (e.g. "2 interruptions")
+    spike: bool = False
 
 
 def _job_labels(rows: list[dict[str, Any]]) -> list[str]:
-    """Unique axis labels for one currency's jobs: the job, then its provider, then its team when needed."""
+    """Unique labels for one currency's jobs: the job, then its provider, then its team when needed."""
     labels = [str(r["job"]) for r in rows]
     n = Counter(labels)
     labels = [f"{lab} · {r['provider']}" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
@@ -248,44 +341,99 @@ def _job_labels(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{lab} · {r['team']}" if n[lab] > 1 else lab for lab, r in zip(labels, rows, strict=True)]
 
 
-def _base_layout(title: str, height: int) -> dict[str, Any]:
-    return {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
-        "template": "plotly_white",
-        "height": height,
-        "margin": {"l": 10, "r": 10, "t": 70, "b": 40},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
-        "font": {"family": "-apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif", "size": 12},
-    }
+def _short(text: str, n: int = 26) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _no_data(fig: go.Figure, text: str) -> None:
-    fig.add_annotation(text=_pl(text), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 14})
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
+W, LABEL_W, VALUE_W, BAR_H, GAP = 720, 180, 215, 14, 9
 
 
-def _overhead_figure(jobs: list[dict[str, Any]], currency: str) -> go.Figure:
-    rows = [r for r in jobs if any(_f(r.get(c)) != 0 for c, *_ in COMPONENTS)]
-    labels = [_pl(x) for x in _job_labels(rows)]
-    cur = _pl(currency)
-    fig = go.Figure()
-    for field, name, colour, estimate in COMPONENTS:
-        fig.add_trace(go.Bar(
-            name=name, y=labels, x=[_f(r.get(field)) for r in rows], orientation="h", meta=cur,
-            marker={"color": colour, "pattern": {"shape": "/" if estimate else "", "fgcolor": "#ffffff", "solidity": 0.35},
-                    "opacity": 0.75 if estimate else 1.0},
-            hovertemplate="%{y}<br>" + name + ": %{x:,.2f} %{meta}<extra></extra>",
-        ))
-    layout = _base_layout(f"Interruption overhead by job and component, {cur} (hatched bars are estimates)",
-                          max(320, 140 + 26 * len(rows)))
-    layout["barmode"] = "relative"
-    layout["xaxis"] = {"title": {"text": cur}, "tickformat": ",.2f", "zeroline": True}
-    layout["yaxis"] = {"type": "category", "autorange": "reversed", "automargin": True}
-    fig.update_layout(**layout)
-    if not rows:
-        _no_data(fig, f"No interruption overhead in {currency}")
-    return fig
+def _svg(key: str, rows: list[Bar], currency: str) -> str:
+    """Horizontal bars: positive segments stack right of the zero line, negative ones left of it."""
+    ends = [0.0]
+    for row in rows:
+        for bar in row.bars:
+            ends.append(float(sum((s.value for s in bar if s.value > 0), Decimal(0))))
+            ends.append(float(sum((s.value for s in bar if s.value < 0), Decimal(0))))
+    lo, hi = min(ends), max(ends)
+    span = (hi - lo) or 1.0
+    x0, pw = LABEL_W, W - LABEL_W - VALUE_W
+    zero = x0 + (0 - lo) / span * pw
+    out: list[str] = []
+    y = 4
+    for row in rows:
+        height = len(row.bars) * (BAR_H + 2) - 2
+        cls = "row spike" if row.spike else "row"
+        job = f' data-job="{_e(row.job)}"' if row.job is not None else ""
+        out.append(f'<g class="{cls}"{job}><title>{_e(row.label)}</title>'
+                   f'<text class="label" x="{LABEL_W - 6}" y="{y + height / 2 + 4:.1f}" text-anchor="end">'
+                   f'{_e(_short(row.label))}</text>')
+        for i, bar in enumerate(row.bars):
+            by = y + i * (BAR_H + 2)
+            right, left = zero, zero
+            for s in bar:
+                w = abs(float(s.value)) / span * pw
+                if s.value == 0:
+                    continue
+                if s.value > 0:
+                    x, right = right, right + w
+                else:
+                    left -= w
+                    x = left
+                est = ' class="bar est"' if s.estimate else ' class="bar"'
+                out.append(f'<rect{est} data-field="{_e(s.field)}" data-value="{s.value.quantize(Decimal("0.01"))}" '
+                           f'x="{x:.2f}" y="{by}" width="{max(w, 0.5):.2f}" height="{BAR_H}" fill="{s.colour}">'
+                           f'<title>{_e(row.label)}: {_e(s.name)} {_e(fmt_money(s.value, currency))}</title></rect>')
+            total = sum((s.value for s in bar), Decimal(0))
+            tx = max(right, zero) + 4
+            note = f" · {row.note}" if row.note and i == 0 else ""
+            out.append(f'<text class="value" x="{tx:.1f}" y="{by + BAR_H - 3}">{_e(fmt_money(total, currency))}'
+                       f'{_e(note)}</text>')
+        out.append("</g>")
+        y += height + GAP
+    out.append(f'<line class="zero" x1="{zero:.2f}" x2="{zero:.2f}" y1="0" y2="{y}"></line>')
+    return (f'<svg id="svg-{_e(key)}" viewBox="0 0 {W} {y}" role="img" aria-label="bar chart" '
+            f'xmlns="http://www.w3.org/2000/svg" preserveAspectRatio="xMinYMin meet">{"".join(out)}</svg>')
+
+
+def _legend(items: Iterable[tuple[str, str, bool]]) -> str:
+    lis = "".join(f'<li><span class="swatch{" est" if est else ""}" style="background:{colour}"></span>{_e(name)}</li>'
+                  for name, colour, est in items)
+    return f'<ul class="legend">{lis}</ul>'
+
+
+def _chart(kind: str, key: str, currency: str, title: str, rows: list[Bar], legend: str, left_out: str,
+           empty: str) -> str:
+    drawn = _svg(key, rows, currency) if rows else f'<p class="note no-data">{_e(empty)}</p>'
+    lo = f'<p class="left-out">{_e(left_out)}</p>' if left_out else ""
+    return (f'<figure class="chart" id="chart-{_e(key)}" data-kind="{kind}" data-currency="{_e(currency)}" '
+            f'data-bars="{len(rows)}"><h4>{_e(title)}</h4>{legend if rows else ""}{drawn}{lo}</figure>')
+
+
+def _top(rows: list[dict[str, Any]], key: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ranked = sorted(rows, key=lambda r: (-_dec(r.get(key)), str(r["job"]), str(r["team"]), str(r["provider"])))
+    return ranked[:TOP], ranked[TOP:]
+
+
+def _other_label(rest: list[dict[str, Any]]) -> str:
+    return f"other {len(rest)} job{'s' if len(rest) != 1 else ''}"
+
+
+def _overhead_chart(jobs: list[dict[str, Any]], currency: str, key: str) -> str:
+    with_overhead = [r for r in jobs if any(_dec(r.get(c)) != 0 for c, *_ in COMPONENTS)]
+    top, rest = _top(with_overhead, "hidden_overhead_total")
+
+    def segments(src: list[dict[str, Any]]) -> list[Segment]:
+        return [Segment(f, name, colour, sum((_dec(r.get(f)) for r in src), Decimal(0)), est)
+                for f, name, colour, est in COMPONENTS]
+
+    rows = [Bar(label, [segments([r])], job=str(r["job"])) for label, r in zip(_job_labels(top), top, strict=True)]
+    if rest:
+        rows.append(Bar(_other_label(rest), [segments(rest)]))
+    zero = len(jobs) - len(with_overhead)
+    left_out = f"{zero} job{'s' if zero != 1 else ''} with no overhead not drawn." if zero else ""
+    return _chart("overhead", key, currency, f"Interruption overhead by job, {currency} (top {TOP}, biggest first)", rows,
+                  _legend((n, c, est) for _, n, c, est in COMPONENTS), left_out, f"No interruption overhead in {currency}")
 
 
 def _daily_by_day(daily: list[dict[str, Any]], currency: str) -> list[dict[str, Any]]:
@@ -298,97 +446,50 @@ def _daily_by_day(daily: list[dict[str, Any]], currency: str) -> list[dict[str, 
         d["overhead"] += _dec(r["overhead"])
         if r.get("spike"):
             d["spikes"].append(r)
-    if days:  # every day of the range, so quiet days show as zero rather than being bridged by the line
-        first, last = min(days), max(days)
-        if (last - first).days <= 731:
-            for n in range((last - first).days + 1):
-                days[first + timedelta(days=n)]  # noqa: B018 - creates the zero day
     return [{"day": day, **v} for day, v in sorted(days.items())]
 
 
-def _midnight(day: date) -> datetime:
-    return day if isinstance(day, datetime) else datetime.combine(day, time())
+def _daily_chart(days: list[dict[str, Any]], currency: str, key: str) -> str:
+    active = [d for d in days if d["interruptions"] != 0 or d["overhead"] != 0 or d["spikes"]]
+    shown = sorted(sorted(active, key=lambda d: (not d["spikes"], -d["overhead"], -d["interruptions"]))[:TOP_DAYS],
+                   key=lambda d: d["day"])
+    rows = [Bar(d["day"].isoformat() + (" ★ spike" if d["spikes"] else ""),
+                [[Segment("overhead", "billed overhead", "#b3261e" if d["spikes"] else "#1f77b4", d["overhead"])]],
+                note=f"{fmt_count(d['interruptions'])} interruptions", spike=bool(d["spikes"])) for d in shown]
+    more = len(active) - len(shown)
+    left_out = f"{more} other active day{'s' if more != 1 else ''} with less overhead not drawn." if more else ""
+    legend = _legend([("billed overhead", "#1f77b4", False), ("spike day (over 3x the job's median)", "#b3261e", False)])
+    return _chart("daily", key, currency, f"Billed overhead and interruptions per day, {currency}", rows, legend,
+                  left_out, f"No daily data in {currency}")
 
 
-def _daily_figure(days: list[dict[str, Any]], currency: str) -> go.Figure:
-    cur = _pl(currency)
-    x = [d["day"].isoformat() for d in days]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(
-        name=f"Billed overhead ({cur})", x=x, y=[_f(d["overhead"]) for d in days], marker={"color": "#1f77b4"},
-        opacity=0.8, meta=cur, hovertemplate="%{x}<br>billed overhead: %{y:,.2f} %{meta}<extra></extra>",
-    ))
-    fig.add_trace(go.Scatter(
-        name="Interruptions", x=x, y=[_f(d["interruptions"]) for d in days], yaxis="y2", mode="lines+markers",
-        line={"color": "#d62728"}, hovertemplate="%{x}<br>interruptions: %{y:,}<extra></extra>",
-    ))
-    spikes = [d for d in days if d["spikes"]]
-    fig.add_trace(go.Scatter(
-        name="Spike day (over 3x the job's median)", x=[d["day"].isoformat() for d in spikes],
-        y=[_f(d["interruptions"]) for d in spikes], yaxis="y2", mode="markers",
-        marker={"symbol": "star", "size": 16, "color": "#b3261e", "line": {"color": "#000", "width": 1}},
-        customdata=["<br>".join(f"{_pl(s['job'])} ({_pl(s['provider'])}): {fmt_count(s['interruptions'])} interruptions"
-                                for s in d["spikes"]) for d in spikes],
-        hovertemplate="%{x} spike<br>%{customdata}<extra></extra>",
-    ))
-    layout = _base_layout(f"Interruptions and billed overhead per day, {cur} (stars mark spike days)", 380)
-    layout["xaxis"] = {"type": "date", "tickformat": "%Y-%m-%d"}
-    layout["yaxis"] = {"title": {"text": f"billed overhead ({cur})"}, "tickformat": ",.2f", "rangemode": "tozero"}
-    most = max([_f(d["interruptions"]) for d in days] + [1.0])
-    layout["yaxis2"] = {"title": {"text": "interruptions"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
-                        "showgrid": False, "tickmode": "linear", "tick0": 0, "dtick": max(1, math.ceil(most / 6))}
-    layout["shapes"] = [
-        {"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
-         "fillcolor": "rgba(214, 39, 40, 0.12)",
-         "x0": (_midnight(d["day"]) - timedelta(hours=12)).isoformat(),
-         "x1": (_midnight(d["day"]) + timedelta(hours=12)).isoformat()}
-        for d in spikes
-    ]
-    fig.update_layout(**layout)
-    if not days:
-        _no_data(fig, f"No daily data in {currency}")
-    return fig
+def _savings_chart(jobs: list[dict[str, Any]], currency: str, key: str) -> str:
+    # only jobs whose savings are measured: a job without an on-demand price is n/a, never drawn (never a loss)
+    spot = [r for r in jobs if _dec(r.get("spot_compute_cost")) != 0 or r.get("gross_spot_savings") is not None]
+    measured = [r for r in spot if r.get("gross_spot_savings") is not None and r.get("net_spot_savings") is not None]
+    top, rest = _top(measured, "gross_spot_savings")
 
+    def bars(src: list[dict[str, Any]]) -> list[list[Segment]]:
+        gross = sum((_dec(r["gross_spot_savings"]) for r in src), Decimal(0))
+        net = sum((_dec(r["net_spot_savings"]) for r in src), Decimal(0))
+        return [[Segment("gross_spot_savings", "gross spot savings", "#9fb7d9", gross)],
+                [Segment("net_spot_savings", "net spot savings", "#2ca02c" if net >= 0 else "#b3261e", net)]]
 
-def _savings_figure(jobs: list[dict[str, Any]], currency: str) -> go.Figure:
-    # only jobs whose savings are measured: a job without an on-demand price is n/a, never drawn as a loss
-    rows = [r for r in jobs if r.get("gross_spot_savings") is not None
-            and (_f(r.get("spot_compute_cost")) != 0 or _f(r.get("gross_spot_savings")) != 0)]
-    labels = [_pl(x) for x in _job_labels(rows)]
-    cur = _pl(currency)
-    net = [_f(r.get("net_spot_savings")) for r in rows]
-    eroded = [fmt_pct(r.get("savings_eroded_pct")) for r in rows]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(
-        name="Gross spot savings (on-demand equivalent minus spot)", y=labels, x=[_f(r.get("gross_spot_savings")) for r in rows],
-        orientation="h", marker={"color": "#9fb7d9"}, meta=cur,
-        hovertemplate="%{y}<br>gross spot savings: %{x:,.2f} %{meta}<extra></extra>",
-    ))
-    fig.add_trace(go.Bar(
-        name="Net spot savings (after hidden overhead)", y=labels, x=net, orientation="h", meta=cur,
-        marker={"color": ["#2ca02c" if v >= 0 else "#b3261e" for v in net]}, customdata=eroded,
-        hovertemplate="%{y}<br>net spot savings: %{x:,.2f} %{meta}<br>savings eroded: %{customdata}<extra></extra>",
-    ))
-    layout = _base_layout(f"Spot savings before and after interruption overhead, {cur}", max(320, 140 + 34 * len(rows)))
-    layout["barmode"] = "group"
-    layout["xaxis"] = {"title": {"text": cur}, "tickformat": ",.2f", "zeroline": True, "zerolinewidth": 2}
-    layout["yaxis"] = {"type": "category", "autorange": "reversed", "automargin": True}
-    fig.update_layout(**layout)
-    if not rows:
-        _no_data(fig, f"No spot compute in {currency}")
-    return fig
-
-
-def _script_json(obj: Any) -> str:
-    """JSON safe inside a <script> block: no <, > or & that the HTML parser could see."""
-    text = json_inert(json.dumps(obj, separators=(",", ":"), ensure_ascii=False))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    rows = [Bar(label, bars([r]), job=str(r["job"]), note=f"{fmt_pct(r.get('savings_eroded_pct'))} eroded")
+            for label, r in zip(_job_labels(top), top, strict=True)]
+    if rest:
+        rows.append(Bar(_other_label(rest), bars(rest)))
+    na = len(spot) - len(measured)
+    left_out = (f"{na} job{'s' if na != 1 else ''} with unmeasured savings (n/a: no on-demand price) left out."
+                if na else "")
+    legend = _legend([("gross spot savings", "#9fb7d9", False), ("net spot savings (after hidden overhead)", "#2ca02c", False),
+                      ("net loss", "#b3261e", False)])
+    return _chart("savings", key, currency, f"Spot savings before and after overhead, {currency} (top {TOP} by gross savings)",
+                  rows, legend, left_out, f"No measured spot savings in {currency}")
 
 
 def _csp_hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii") + "'"
-
 
 # ---------------------------------------------------------------- sections
 
@@ -440,45 +541,46 @@ def _spike_list(days: list[dict[str, Any]]) -> str:
     return '<p class="spikes">Spike days: ' + "; ".join(items) + "</p>"
 
 
-def render_html(report: Report) -> str:
-    """The report as one self-contained HTML document (no network access needed to view it)."""
+def render_html(report: Report, as_of: datetime | None = None) -> str:
+    """The report as one self-contained HTML document (no network access needed to view it).  ``as_of``: the
+    data's as-of time (the newest delivery's export time), shown in the title; default the report's own, if any."""
+    if as_of is None:
+        found = getattr(report, "as_of", None)
+        as_of = found if isinstance(found, datetime) else None
     currencies = _currencies(report)
     jobs = _rows(report.jobs)
     daily = _rows(report.daily)
-    figures: dict[str, Any] = {}
     charts: dict[str, list[str]] = {"overhead": [], "daily": [], "savings": []}
     for i, cur in enumerate(currencies):
         cur_jobs = [r for r in jobs if (r["currency"] or "?") == cur]
         days = _daily_by_day(daily, cur)
-        for kind, fig, extra in (
-            ("overhead", _overhead_figure(cur_jobs, cur), ""),
-            ("daily", _daily_figure(days, cur), _spike_list(days)),
-            ("savings", _savings_figure(cur_jobs, cur), ""),
-        ):
-            key = f"{kind}-{i}"
-            figures[key] = json.loads(fig.to_json())
-            charts[kind].append(f'<div class="chart" id="chart-{key}" data-figure="{key}" data-kind="{kind}" '
-                                f'data-currency="{_e(cur)}"></div>{extra}')
+        charts["overhead"].append(_overhead_chart(cur_jobs, cur, f"overhead-{i}"))
+        charts["daily"].append(_daily_chart(days, cur, f"daily-{i}") + _spike_list(days))
+        charts["savings"].append(_savings_chart(cur_jobs, cur, f"savings-{i}"))
 
-    plotly_js = get_plotlyjs()
-    if "</script" in plotly_js.lower():  # pragma: no cover - would break the page
-        raise RuntimeError("the installed plotly.js cannot be inlined")
     csp = ("default-src 'none'; "
-           f"script-src {_csp_hash(plotly_js)} {_csp_hash(INIT_JS)}; "
-           "style-src 'unsafe-inline'; img-src data: blob:; font-src 'none'; connect-src 'none'; "
+           f"script-src {_csp_hash(PRINT_JS)}; "
+           "style-src 'unsafe-inline'; img-src data:; font-src 'none'; connect-src 'none'; "
            "base-uri 'none'; form-action 'none'")
 
-    title = f"Spot interruption overhead: period {report.period}, cost basis {report.cost_basis}"
+    title = report_title(report, as_of)
     unattributed = report.jobs.filter(pl.col("job") == UNATTRIBUTED) if report.jobs is not None else None
     warnings = "".join(f"<li>{_e(w)}</li>" for w in report.warnings)
     warnings_html = (f'<div class="warnings" id="warnings"><strong>Warnings</strong><ul>{warnings}</ul></div>'
                      if report.warnings else '<p class="note" id="warnings">No warnings.</p>')
     totals_cols = None if report.totals is None else report.totals.columns
+    teams = _rows(report.teams)
+    active_teams = [t for t in teams if not zero_only(t)]
+    hidden = len(teams) - len(active_teams)
+    hidden_note = (f'<p class="note" id="teams-hidden" data-hidden="{hidden}">{hidden} team row{"s" if hidden != 1 else ""} '
+                   "with only zero amounts (no overhead, no cost, no interruptions) not shown.</p>" if hidden else "")
 
     body = f"""
 <header>
 <h1 id="title">{_e(title)}</h1>
-<p class="sub">billing-audit {_e(billing_audit.__version__)} &middot; period <strong>{_e(report.period)}</strong>
+<p class="sub">billing-audit {_e(billing_audit.__version__)} &middot; period{"" if report.period != "all" else "s"}
+ <strong id="period-range">{_e(period_range(report))}</strong>
+ &middot; data as of <strong id="as-of">{_e(fmt_as_of(as_of))}</strong>
  &middot; cost basis <strong>{_e(report.cost_basis)}</strong> &middot; currencies: {_e(", ".join(currencies) or "none")}.
  Amounts in different currencies are never added together.</p>
 <nav><a href="#headline">Headline</a><a href="#charts">Charts</a><a href="#jobs-section">Jobs</a><a href="#teams-section">Teams</a>
@@ -496,29 +598,34 @@ def render_html(report: Report) -> str:
 <section id="charts">
 <h2>Charts</h2>
 <h3>Overhead by job and component</h3>
-<p class="note">Jobs with any overhead. Hatched, lighter bars (recompute, restart idle) are <strong>estimates</strong>
- from the configured checkpoint interval and restart time, not billed amounts.</p>
+<p class="note">The {TOP} jobs with the most overhead, biggest first; the rest summed as one bar. Lighter bars
+ (recompute, restart idle) are <strong>estimates</strong> from the configured checkpoint interval and restart time,
+ not billed amounts.</p>
 {"".join(charts["overhead"])}
 <h3>Interruptions and overhead per day</h3>
-<p class="note">Billed overhead only (estimates are per job, not per day); unattributed lines are not included.
- A spike day has more than 3x a job's median daily interruptions.</p>
+<p class="note">Days with interruptions or billed overhead, in date order. Billed overhead only (estimates are per job,
+ not per day); unattributed lines are not included. A spike day has more than 3x a job's median daily interruptions.</p>
 {"".join(charts["daily"])}
 <h3>Savings before and after overhead</h3>
-<p class="note">Jobs with spot compute. Gross savings are on-demand equivalent minus spot cost, over the spot lines with
- an on-demand price (the export's, a price reference's or the bill's); net savings subtract the hidden overhead (including
- estimates). A job with no priced spot line is n/a and not drawn.</p>
+<p class="note">The {TOP} jobs with the most gross spot savings (upper bar) and their net savings (lower bar); the rest
+ summed as one bar. Gross savings are on-demand equivalent minus spot cost, over the spot lines with an on-demand price
+ (the export's, a price reference's or the bill's); net savings subtract the hidden overhead (including estimates).
+ A job with no priced spot line is n/a: it is left out, never drawn as a loss.</p>
 {"".join(charts["savings"])}
 </section>
 
 <section id="jobs-section">
 <h2>Jobs</h2>
-<p class="note">One row per job, team, provider and currency. Columns marked * are estimates.</p>
-{_table("jobs", report.jobs, empty="No jobs in this period.")}
+<p class="note">One row per job, team, provider and currency. Overhead is the hidden overhead total; share of savings is
+ that overhead over the job's gross spot savings. Every other field is under the row's <em>all fields</em>;
+ fields marked * are estimates.</p>
+{_jobs_table(report.jobs)}
 </section>
 
 <section id="teams-section">
 <h2>Teams</h2>
-{_table("teams", report.teams, empty="No teams in this period.")}
+{hidden_note}
+{_table("teams", report.teams, empty="No teams in this period.", rows=active_teams)}
 </section>
 
 <section id="totals-section">
@@ -546,7 +653,7 @@ def render_html(report: Report) -> str:
 {_table("files", report.files, empty="No files ingested.")}
 </section>
 
-<footer>Generated by billing-audit {_e(billing_audit.__version__)}. Charts drawn with plotly.js (MIT licence), embedded in this file.</footer>
+<footer>Generated by billing-audit {_e(billing_audit.__version__)}. Charts drawn as inline SVG; the page loads nothing.</footer>
 """
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -559,10 +666,7 @@ def render_html(report: Report) -> str:
 </head>
 <body>
 {body}
-<script type="application/json" id="ba-figures">{_script_json(figures)}</script>
-<script type="application/json" id="ba-plotly-config">{_script_json(PLOTLY_CONFIG)}</script>
-<script>{plotly_js}</script>
-<script>{INIT_JS}</script>
+<script>{PRINT_JS}</script>
 </body>
 </html>
 """

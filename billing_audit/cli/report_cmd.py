@@ -81,7 +81,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
         return
     for w in result.report.warnings:
         say(f"warning: {w}")
-    text = app.render_report(result.report, fmt)
+    text = app.render_report(result.report, fmt, result.as_of)
     if out_file:
         app.write_text(out_file, text)
         say(f"wrote {out_file}")

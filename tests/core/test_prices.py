@@ -128,9 +128,11 @@ def test_ingest_and_audit_recognise_price_files_among_their_paths(tmp_path: Path
     assert (usd["spot_cost_priced"], usd["spot_unpriced_cost"], usd["savings_coverage_pct"]) == (20.196, 7.344, 73.3333)
     # the HTML savings chart draws only the jobs whose savings are measured
     html = (out / "report.html").read_text()
-    assert 'data-field="gross_spot_savings">n/a</td>' in html
-    charts = re.findall(r'"name":"Net spot savings \(after hidden overhead\)".*?"y":\[(.*?)\]', html)
-    assert charts and all("bert-2018" not in c for c in charts) and any("yolo-2018" in c for c in charts)
+    assert 'data-field="gross_spot_savings">n/a</dd>' in html
+    charts = re.findall(r'<figure class="chart"[^>]*data-kind="savings".*?</figure>', html, re.DOTALL)
+    drawn = [re.findall(r'<g class="row[^"]*" data-job="([^"]*)"', c) for c in charts]
+    assert charts and all("bert-2018" not in d for d in drawn) and any("yolo-2018" in d for d in drawn)
+    assert any("1 job with unmeasured savings (n/a: no on-demand price) left out." in c for c in charts)
 
 
 @pytest.fixture
