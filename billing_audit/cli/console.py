@@ -126,9 +126,9 @@ def table_width() -> int:
 
 def print_report(report: Report | Sequence[Report], by: str = "job", top: int | None = 15,
                  warn: bool = True) -> None:
-    """Warnings on stderr, the row table (billing_audit.cli.report_table: rows that matter, every amount in
+    """Warnings on stderr, the row table (billing_audit.report_table: rows that matter, every amount in
     full) and the totals on stdout.  Several reports: one per period, with a period column."""
-    from billing_audit.cli.report_table import render
+    from billing_audit.report_table import render
 
     reports = [report] if not isinstance(report, Sequence) else list(report)
     if warn:

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,7 +154,12 @@ def test_one_unattributed_row_per_currency_with_the_resource_map(db: str) -> Non
     for cur in sorted({r["currency"] for r in doc["jobs"] if r["job"] == UN}):
         rows = [r for r in doc["jobs"] if r["job"] == UN and r["currency"] == cur]
         spot = sum((num(r["spot_compute_cost"]) for r in rows), Decimal(0))
-        assert has_row(text, UN, UN, cur, money(0), "n/a", money(0), money(spot))
+        over = sum((num(r["hidden_overhead_total"]) for r in rows), Decimal(0))
+        fees = sum((num(r["restart_fees"]) for r in rows), Decimal(0))
+        measured = [num(r["gross_spot_savings"]) for r in rows if r["gross_spot_savings"] is not None]
+        gross = sum(measured, Decimal(0)) if measured else None  # n/a rows left out, as the report's sums do
+        erosion = pct(over / gross * 100) if gross is not None and gross > 0 else "n/a"
+        assert has_row(text, UN, UN, cur, money(over), erosion, money(fees), money(spot), money(gross))
         assert (f"(unattributed) {cur} ({len(rows)} row(s) summed): {money(totals[cur]['unattributed_cost'])} {cur} "
                 "of cost went to no job; map its resources to jobs and teams in attribution.resource_map in "
                 "billing-audit.toml") in text
@@ -229,3 +233,14 @@ def test_totals_lead_with_overhead_erosion_fees_coverage(db: str, columns: int) 
     eur = next(t for t in doc["totals"] if t["currency"] == "EUR")
     assert eur["savings_eroded_pct"] is None  # savings not measured: printed n/a, never 0
     assert has_row("\n".join(lines[start:]), "EUR", money(eur["hidden_overhead_total"]), "n/a")
+
+
+def test_too_narrow_for_any_table_stacks_the_rows(db: str) -> None:
+    doc = report_json(db, "--period", "2026-10")
+    text = table(db, "--period", "2026-10", columns=40)
+    assert "…" not in text and "┃" not in text.split("Totals per currency")[0]
+    top = expected_rows(doc["jobs"])[0][0]
+    block = text.split(f"{top['job']} · {top['team']} · {top['provider']} · {top['currency']}", 1)[1]
+    assert block.splitlines()[1:4] == [f"  overhead: {money(top['hidden_overhead_total'])}",
+                                       f"  erosion %: {pct(top['savings_eroded_pct'])}",
+                                       f"  restart fees: {money(top['restart_fees'])}"]

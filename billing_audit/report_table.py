@@ -10,7 +10,8 @@ account) and currency.  Rows of several periods get a period column.
 Width: money is never cut.  The table is measured at the terminal width (``COLUMNS`` when set) and the
 low-priority columns go first, in this fixed order (:data:`DROP_ORDER`): interruption source, unlinked
 checkpoint I/O, gross savings, recommendation, interruptions, net savings, provider, team, restart fees,
-erosion.  If the table is still too wide, each row becomes a block of ``label: value`` lines (stacked layout).
+erosion.  If the table is still too wide, each row becomes a block of ``label: value`` lines with every figure
+(stacked layout).
 """
 
 from __future__ import annotations
@@ -115,13 +116,15 @@ def _active(r: dict[str, Any]) -> bool:
 
 
 def _sum_rows(rows: list[dict[str, Any]], keys: dict[str, Any]) -> dict[str, Any]:
-    """Rows of one currency summed: a field one row could not measure is n/a for the sum (never a partial sum)."""
+    """Rows of one currency summed as the report sums its teams and totals: a figure a row could not measure
+    (n/a) is left out of the sum, which covers the measured rows; n/a when no row measured it."""
     out: dict[str, Any] = dict(keys)
     for c in SUMMED:
         vals = [r.get(c) for r in rows if c in r]
         if not vals:
             continue
-        out[c] = None if any(v is None for v in vals) else sum((Decimal(str(v)) for v in vals), Decimal(0))
+        measured = [Decimal(str(v)) for v in vals if v is not None]
+        out[c] = sum(measured, Decimal(0)) if measured else None
     gross, over = out.get("gross_spot_savings"), out.get("hidden_overhead_total")
     out["savings_eroded_pct"] = (over / gross * 100) if gross is not None and over is not None and gross > 0 else None
     out["interruptions_source"] = "none"
@@ -232,6 +235,7 @@ def _fit(title: str, headers: dict[str, str], cols: list[str], drop: list[str], 
          width: int) -> tuple[RenderableType, list[str]]:
     """The table with as many columns as fit in `width` (dropping in `drop` order), or the stacked layout;
     the dropped columns' headers come back for the note below."""
+    every = list(cols)
     cols = list(cols)
     dropped: list[str] = []
     table = _table(title, headers, cols, rows)
@@ -244,7 +248,7 @@ def _fit(title: str, headers: dict[str, str], cols: list[str], drop: list[str], 
             table = _table(title, headers, cols, rows)
     if _width(table) <= width:
         return table, dropped
-    return _stacked(title, headers, cols, rows), []
+    return _stacked(title, headers, every, rows), []  # a block per row has room for every figure
 
 
 def _stacked(title: str, headers: dict[str, str], cols: list[str], rows: list[dict[str, Any]]) -> RenderableType:
