@@ -523,9 +523,11 @@ def render_report(report: Report, fmt: str, as_of: datetime | None = None) -> st
         from rich.console import Console
 
         with open(os.devnull, "w") as devnull:
+            from billing_audit.report_table import render
+
             buf = Console(record=True, width=200, file=devnull)
-            buf.print(outputs.rich_table(report))
-            buf.print(outputs.rich_totals(report))
+            for part in render([report], width=200):  # the terminal's table: top rows, amounts in full
+                buf.print(part)
             return buf.export_text()
     raise BillingAuditError(f"--format {fmt!r}: expected table, json, csv, markdown or html")
 

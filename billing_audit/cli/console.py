@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -117,14 +118,26 @@ def print_run(run: EngineRun) -> None:
     say(f"{run.engine} run {run.run_id} over {run.source}: {run.rows:,} aggregate rows came back{read}")
 
 
-def print_report(report: Report) -> None:
-    """Warnings on stderr, the job table and the totals on stdout."""
-    from billing_audit import outputs
+def table_width() -> int:
+    """The width the report table must fit: COLUMNS when set (a pipe too), else the terminal's, else 220."""
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else out.width
 
-    for w in report.warnings:
-        say(f"warning: {w}")
-    out.print(outputs.rich_table(report))
-    out.print(outputs.rich_totals(report))
+
+def print_report(report: Report | Sequence[Report], by: str = "job", top: int | None = 15,
+                 warn: bool = True) -> None:
+    """Warnings on stderr, the row table (billing_audit.report_table: rows that matter, every amount in
+    full) and the totals on stdout.  Several reports: one per period, with a period column."""
+    from billing_audit.report_table import render
+
+    reports = [report] if not isinstance(report, Sequence) else list(report)
+    if warn:
+        for rep in reports:
+            for w in rep.warnings:
+                say(f"warning: {w}")
+    width = table_width()
+    for part in render(reports, by, top, width):
+        out.print(part, width=width)
 
 
 class Bars:

@@ -31,6 +31,49 @@ fail_on_option = click.option(
          "on stderr (repeatable).")
 
 
+table_options = [
+    click.option("--by", "by", type=click.Choice(["job", "team", "provider", "account"]), default="job",
+                 show_default=True,
+                 help="Table rows: per job, per team (the report's team rows), or the job rows summed per "
+                      "provider or billing account, each per currency."),
+    click.option("--top", "top", type=click.IntRange(min=1), default=15, show_default=True,
+                 help="Table: the N rows with the biggest overhead (rows with no overhead and no spot cost "
+                      "are left out; the line below the table says how many)."),
+    click.option("--all", "all_rows", is_flag=True, help="Table: every row, zeros and unattributed ones too."),
+]
+
+
+def table_option(f: Any) -> Any:
+    for opt in reversed(table_options):
+        f = opt(f)
+    return f
+
+
+def _per_period(db: str, config_path: str | None, period: str | None, basis: str, rep: Any,
+                engine_run: Any) -> list[Any]:
+    """The reports the table shows: one per period the store holds (a period column) when no --period was
+    given and the store holds several, else the report itself.  Each is `report --period P`, so the table's
+    rows are the JSON's of that period."""
+    if period is not None or engine_run is not None:
+        return [rep]
+    from billing_audit.report import store_periods
+    from billing_audit.store import open as store_open
+
+    with store_open(db, read_only=True) as store:
+        periods = store_periods(store) if store._has_table("slices") else []
+    if len(periods) <= 1:
+        return [rep]
+    return [app.report(db, config_path, p, basis).report for p in periods]
+
+
+def _print_table(db: str, config_path: str | None, period: str | None, basis: str, result: Any, by: str,
+                 top: int, all_rows: bool) -> None:
+    for w in result.report.warnings:
+        say(f"warning: {w}")
+    reports = _per_period(db, config_path, period, basis, result.report, result.engine_run)
+    print_report(reports, by, None if all_rows else top, warn=False)
+
+
 def _fail(rep: Any, fail_on: tuple[str, ...]) -> None:
     rows = app.failing_rows(rep, fail_on)
     for line in rows:
@@ -48,21 +91,28 @@ def _fail(rep: Any, fail_on: tuple[str, ...]) -> None:
               help="Write to this file instead of stdout (- is stdout); its folder must exist.")
 @basis_option
 @fail_on_option
+@table_option
 @engine_options
 @wait_option
 @bom_option
 @handle_errors
 def report(db: str, config_path: str | None, period: str | None, fmt: str, out_file: str | None, cost_basis: str,
-           fail_on: tuple[str, ...], engine_opts: dict[str, Any], wait: float) -> None:
+           fail_on: tuple[str, ...], by: str, top: int, all_rows: bool, engine_opts: dict[str, Any],
+           wait: float) -> None:
     """Interruption overhead per training job and team, biggest overhead first.
 
     Reads the store and the rule hits (run `billing-audit tag` first), read-only: side by side with
-    other readers.  No store at --db is an error (exit 2); a --period the store holds no lines for is
+    other readers.  The table shows the --top 15 rows with overhead or spot cost (--all: every row),
+    one (unattributed) row per currency, and one row per period when the store holds several and no
+    --period is given; it fits the terminal (COLUMNS) by leaving out low-priority columns, never by
+    cutting an amount.  No store at --db is an error (exit 2); a --period the store holds no lines for is
     a warning on stderr (and in the JSON's warnings).  --wait: other engines store their run.
 
     \b
     Examples:
       billing-audit report --period 2026-10
+      billing-audit report --by team --top 5
+      billing-audit report --by provider --all
       billing-audit report --format json --out report.json
       billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
@@ -76,7 +126,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
     if result.engine_run is not None:
         print_run(result.engine_run)
     if fmt == "table" and out_file is None:
-        print_report(result.report)
+        _print_table(db, config_path, period, cost_basis, result, by, top, all_rows)
         _fail(result.report, fail_on)
         return
     for w in result.report.warnings:
@@ -134,6 +184,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
               help="Folder for report.html, report.json, jobs.csv and teams.csv.")
 @basis_option
 @fail_on_option
+@table_option
 @quiet_option("No progress bar or table.")
 @engine_options
 @wait_option
@@ -141,7 +192,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @follow_outside_option
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, fail_on: tuple[str, ...], quiet: bool, engine_opts: dict[str, Any], wait: float,
+          cost_basis: str, fail_on: tuple[str, ...], by: str, top: int, all_rows: bool, quiet: bool, engine_opts: dict[str, Any], wait: float,
           follow_outside: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
@@ -168,7 +219,7 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:
-        print_report(result.report)
+        _print_table(db, config_path, period, cost_basis, result, by, top, all_rows)
     say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
     if result.ingest.failed:
         sys.exit(2)
