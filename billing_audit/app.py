@@ -188,7 +188,7 @@ def explain(db: str | Store, line_item_id: str, config_path: str | None = None) 
 
     cfg = load_config(config_path)
     with _opened(db) as store:
-        line, hits = store.explain(line_item_id)
+        line, hits = Store.explain(store, line_item_id)  # the store's own (a notebook Store's explain calls here)
         od = pricing.line(store.con, line_item_id)
         why = lineage.explain_line(store, cfg, line, hits)
     return Explanation(line, hits, od, why["attribution"], why["category"], why["window"])

@@ -85,7 +85,9 @@ def placement_text(attr: dict[str, Any] | None, category: str | None, window: di
     if category is None:
         out.append("  category           none: no rule counts it (other cost)")
     else:
-        out.append(f"  category           {category} (the first in precedence order among its hits)")
+        counted = {"restart_fee": "; billed interruption overhead (restart_fees)",
+                   "other_compute_charge": "; billed interruption overhead (other_compute_charges)"}.get(category, "")
+        out.append(f"  category           {category} (the first in precedence order among its hits){counted}")
     if window is not None:
         if window["linked"]:
             opened = ", ".join(f"{i['start']:%Y-%m-%d %H:%M} ({i['source']})" for i in window["interruptions"])

@@ -209,6 +209,8 @@ def test_json_keys_and_types(windows: tuple[Path, str]) -> None:
     # a fee line is no checkpoint line: no window; its category still says what counts it
     fee = _json(f"{prefix}-11", "--db", str(db))
     assert (fee["category"], fee["window"]) == ("restart_fee", None)
+    assert "restart_fee (the first in precedence order among its hits); billed interruption overhead (restart_fees)" \
+        in _text(f"{prefix}-11", "--db", str(db))
 
 
 def test_the_windows_fixture_and_its_line_ids_are_stable() -> None:
@@ -237,8 +239,37 @@ def test_the_readmes_explain_example_on_the_demo_store(tmp_path: Path) -> None:
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0, (ex, r.output)
         outputs[ex] = r.output
-    text = next(o for e, o in outputs.items() if "--format json" not in e)
+    text = outputs["explain aws-96bc1426b7e8-13 --db demo.duckdb"]
     assert "job                eps in 2026-12, from the line's own tag training_job=eps" in text
     assert "restart window     yes: interruption overhead (storage_reread_cost)" in text
-    doc = json.loads(next(o for e, o in outputs.items() if "--format json" in e))
+    assert f"aws-{hashlib.sha256(WINDOWS_CSV.read_bytes()).hexdigest()[:12]}-13" == "aws-96bc1426b7e8-13"
+    # the price section's spot line (fixtures/aws/cur-2018-csv): priced from the price reference the fixtures hold
+    spot = outputs["explain aws-3d209bdb4f73-1 --db demo.duckdb"]
+    assert "on-demand equivalent: 24.4800 USD from reference" in spot
+    assert "category           spot_compute (the first in precedence order among its hits)" in spot
+    doc = json.loads(outputs["explain aws-96bc1426b7e8-13 --db demo.duckdb --format json"])
     assert (doc["attribution"]["job"], doc["category"], doc["window"]["linked"]) == ("eps", "storage_reread", True)
+
+
+def test_an_untagged_store_says_the_attribution_needs_a_tag_run(tmp_path: Path) -> None:
+    db = tmp_path / "u.duckdb"
+    with billing_audit.open(db) as s:
+        assert not s.ingest([FIXTURES / "scenarios-windows"]).errors
+    line = f"aws-{hashlib.sha256(WINDOWS_CSV.read_bytes()).hexdigest()[:12]}-13"
+    doc = _json(line, "--db", str(db))
+    assert doc["attribution"] == {"job": None, "team": None,
+                                  "reason": "no completed tag run of the lines in the store: run `billing-audit tag`"}
+    assert (doc["category"], doc["window"]) == (None, None)
+    out = _text(line, "--db", str(db))
+    assert "attribution: n/a (no completed tag run of the lines in the store: run `billing-audit tag`)" in out
+    assert "no rule matched this line (run `billing-audit tag` after ingesting)" in out
+
+
+def test_the_notebook_store_explains_as_the_cli(windows: tuple[Path, str]) -> None:
+    db, prefix = windows
+    with billing_audit.open(db, read_only=True) as s:
+        found = s.explain(f"{prefix}-13")
+    line, hits = found
+    assert line["x_LineItemId"] == f"{prefix}-13" and [h["category"] for h in hits] == ["storage_reread"]
+    assert (found.attribution or {})["job"] == "eps" and found.category == "storage_reread"
+    assert found.window is not None and found.window["linked"] is True
