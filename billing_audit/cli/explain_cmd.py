@@ -90,7 +90,9 @@ def placement_text(attr: dict[str, Any] | None, category: str | None, window: di
         out.append(f"  category           {category} (the first in precedence order among its hits){counted}")
     if window is not None:
         if window["linked"]:
-            opened = ", ".join(f"{i['start']:%Y-%m-%d %H:%M} ({i['source']})" for i in window["interruptions"])
+            opened = ", ".join(f"{i['start']:%Y-%m-%d %H:%M} ({i['source']})" if i["start"] is not None
+                               else f"the stop of a churned spot resource at {i['end']:%Y-%m-%d %H:%M} ({i['source']})"
+                               for i in window["interruptions"])
             out.append(f"  restart window     yes: interruption overhead ({window['counted_as']}); the window "
                        f"({window['periods']} periods after the interruption's) opened by the interruption at "
                        f"{opened}")

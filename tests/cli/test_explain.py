@@ -21,8 +21,9 @@ import importlib.util
 import json
 import re
 import shlex
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from click.testing import CliRunner
 
 import billing_audit
 from billing_audit.cli import main
-from billing_audit.config import load_config
+from billing_audit.config import Config, load_config
 from billing_audit.report import build_report
 from connectors.aws.synthetic import cur_csv, cur_line
 from support import FIXTURES, ROOT
@@ -223,16 +224,24 @@ def test_the_windows_fixture_and_its_line_ids_are_stable() -> None:
     assert gen.cur_csv(gen.windows_aws_rows()) == WINDOWS_CSV.read_bytes()
 
 
-def test_the_readmes_explain_example_on_the_demo_store(tmp_path: Path) -> None:
-    """The README's `explain` command lines, run on a store built as `make demo` builds demo.duckdb."""
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store built as `make demo` builds demo.duckdb."""
     make = (ROOT / "Makefile").read_text()
     assert "billing-audit audit fixtures/ --db demo.duckdb --out demo-report" in make
+    tmp = tmp_path_factory.mktemp("demo")
+    db = tmp / "demo.duckdb"
+    r = CliRunner().invoke(main, ["audit", str(FIXTURES), "--db", str(db), "--out", str(tmp / "demo-report")])
+    assert r.exit_code == 0, r.output
+    return db
+
+
+def test_the_readmes_explain_example_on_the_demo_store(demo: Path) -> None:
+    """The README's `explain` command lines, run on a store built as `make demo` builds demo.duckdb."""
     readme = (ROOT / "README.md").read_text()
     examples = re.findall(r"^billing-audit (explain [^#\n]*?--db demo\.duckdb[^#\n]*?)\s*(?:#.*)?$", readme, re.M)
     assert len(examples) >= 2, examples
-    db = tmp_path / "demo.duckdb"
-    r = CliRunner().invoke(main, ["audit", str(FIXTURES), "--db", str(db), "--out", str(tmp_path / "demo-report")])
-    assert r.exit_code == 0, r.output
+    db = demo
     outputs = {}
     for ex in examples:
         args = [str(db) if a == "demo.duckdb" else a for a in shlex.split(ex)]
@@ -273,3 +282,38 @@ def test_the_notebook_store_explains_as_the_cli(windows: tuple[Path, str]) -> No
     assert line["x_LineItemId"] == f"{prefix}-13" and [h["category"] for h in hits] == ["storage_reread"]
     assert (found.attribution or {})["job"] == "eps" and found.category == "storage_reread"
     assert found.window is not None and found.window["linked"] is True
+
+
+def test_every_checkpoint_line_of_the_demo_store_ties_to_the_report(demo: Path) -> None:
+    """Each re-read and egress line's effective cost, summed by explain's job row and counted_as (linked re-read,
+    linked egress, or unlinked checkpoint I/O), is exactly the report's column of that row (every period summed)."""
+    got: dict[tuple[str, ...], Decimal] = defaultdict(Decimal)
+    with billing_audit.open(demo, read_only=True) as s:
+        ids = [r[0] for r in s.sql("SELECT x_LineItemId FROM line_categories "
+                                   "WHERE category IN ('storage_reread', 'checkpoint_egress')").iter_rows()]
+        linked = 0
+        for i in ids:
+            x = s.explain(i)
+            assert x.attribution is not None and x.window is not None
+            a = x.attribution
+            got[(a["job"], a["team"], a["provider"], a["currency"], x.window["counted_as"])] += x.line["EffectiveCost"]
+            linked += x.window["linked"]
+        rep = build_report(s, Config())
+    assert len(ids) > 50 and 0 < linked < len(ids)
+    cols = ("storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked")
+    for r in rep.jobs.iter_rows(named=True):
+        for c in cols:
+            assert got.pop((r["job"], r["team"], r["provider"], r["currency"], c), Decimal(0)) == r[c], (r["job"], c)
+    assert not got
+
+
+def test_a_window_opened_by_inferred_churn_names_the_resources_stop() -> None:
+    """An inferred interruption has no charge period of its own, only the stop of the churned resource (ts NULL)."""
+    from billing_audit.cli.explain_cmd import placement_text
+
+    window = {"linked": True, "counted_as": "checkpoint_egress_cost", "periods": 3, "source": "inferred",
+              "interruptions": [{"start": None, "end": datetime(2026, 11, 1, 23), "source": "inferred"}]}
+    out = placement_text(None, "checkpoint_egress", window)
+    assert out[-1] == ("  restart window     yes: interruption overhead (checkpoint_egress_cost); the window (3 periods "
+                       "after the interruption's) opened by the interruption at the stop of a churned spot resource "
+                       "at 2026-11-01 23:00 (inferred)")
