@@ -89,13 +89,13 @@ class Audit(Store):
             return super().owners()
         return app.owners(self, period, provider)
 
-    def explain(self, line_item_id: str) -> app.Explanation:  # type: ignore[override]
-        """One line item and every rule that matched it (`billing-audit explain`); ``line, hits = ...`` unpacks.
+    def explain(self, line_item_id: str, *, config: str | None = None) -> app.Explanation:  # type: ignore[override]
+        """One line item, every rule that matched it, and where the report (with ``config``) puts it: job, team
+        and what gave them, category, restart window (`billing-audit explain`); ``line, hits = ...`` unpacks.
 
-        >>> store.explain("aws-1b57f7bf1241-7").hits             # doctest: +SKIP
+        >>> store.explain("aws-96bc1426b7e8-13").window["linked"]   # doctest: +SKIP
         """
-        line, hits = super().explain(line_item_id)
-        return app.Explanation(line, hits)
+        return app.explain(self, line_item_id, config)
 
     # -- rules --------------------------------------------------------------------------------------------------
     def tag(self, rules: Sequence[Rule] | None = None, params: dict[str, Any] | Sequence[str] | None = None,

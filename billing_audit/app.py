@@ -159,6 +159,13 @@ class Explanation:
     # a spot line's on-demand equivalent and how it was found (its spot_od row: od_cost, od_source, price_ref,
     # od_unit_price, price_as_of, reason ...); None for a line that is not spot compute (or not tagged yet)
     on_demand: dict[str, Any] | None = None
+    # where the report put it (billing_audit.lineage): job and team and what gave them (job_from, team_from:
+    # source tag / resource_majority / resource_map / account_teams / job_majority, or None with what was tried)
+    attribution: dict[str, Any] | None = None
+    category: str | None = None  # the precedence category that counts it (first in rules.CATEGORIES among its hits)
+    # a checkpoint re-read or egress line: linked (in a restart window of its job row), counted_as, the interruptions
+    # opening the window (start, end, source), the window's periods, or the reason it is unlinked checkpoint I/O
+    window: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # line, hits = explanation (as Store.explain gives them)
         return iter((self.line, self.hits))
@@ -169,17 +176,22 @@ class Explanation:
         from billing_audit.jsonout import envelope
 
         return envelope("explain", {"line_item_id": self.line.get("x_LineItemId")}, line=self.line, hits=self.hits,
-                        on_demand=self.on_demand)
+                        on_demand=self.on_demand, attribution=self.attribution, category=self.category,
+                        window=self.window)
 
 
-def explain(db: str | Store, line_item_id: str) -> Explanation:
-    """One line item, every rule that matched it, and for a spot line how its on-demand equivalent was found."""
-    from billing_audit import pricing
+def explain(db: str | Store, line_item_id: str, config_path: str | None = None) -> Explanation:
+    """One line item, every rule that matched it, for a spot line how its on-demand equivalent was found, and
+    where the report (with the config at ``config_path``) puts it: job, team, category, restart window."""
+    from billing_audit import lineage, pricing
+    from billing_audit.config import load_config
 
+    cfg = load_config(config_path)
     with _opened(db) as store:
-        line, hits = store.explain(line_item_id)
+        line, hits = Store.explain(store, line_item_id)  # the store's own (a notebook Store's explain calls here)
         od = pricing.line(store.con, line_item_id)
-    return Explanation(line, hits, od)
+        why = lineage.explain_line(store, cfg, line, hits)
+    return Explanation(line, hits, od, why["attribution"], why["category"], why["window"])
 
 
 def lines_export(db: str | Store, folder: str | Path, period: str | None = None) -> int:

@@ -8,7 +8,7 @@ import click
 
 from billing_audit import app, jsonout
 from billing_audit.cli.console import echo
-from billing_audit.cli.options import db_option, format_option, handle_errors
+from billing_audit.cli.options import config_option, db_option, format_option, handle_errors
 
 SHOWN = ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAccountId", "ChargePeriodStart",
          "BilledCost", "EffectiveCost", "ListCost", "BillingCurrency", "PricingCategory", "Tags")
@@ -17,23 +17,28 @@ SHOWN = ("ChargeDescription", "x_UsageType", "ServiceName", "ResourceId", "SubAc
 @click.command()
 @click.argument("line_item_id")
 @db_option
+@config_option()
 @format_option("text", "json")
 @handle_errors
-def explain(line_item_id: str, db: str, fmt: str) -> None:
+def explain(line_item_id: str, db: str, config_path: str | None, fmt: str) -> None:
     """Show one line item, every rule that matched it and why, and where it came from; for a spot line,
-    how its on-demand equivalent was found (the export, a price reference or the bill; which price, as of when).
+    how its on-demand equivalent was found (the export, a price reference or the bill; which price, as of when);
+    which job and team the report gives it and why (the tag, the resource's majority tag, the resource-map row or
+    the account_teams entry), the category that counts it and, for a checkpoint re-read or egress line, the
+    restart window (the interruption opening it) that makes it interruption overhead, or that it is not.
 
     Read-only; no store at --db is an error (exit 2).
 
     \b
     Examples:
-      billing-audit explain aws-1b57f7bf1241-7
-      billing-audit explain aws-1b57f7bf1241-7 --db audit.duckdb --format json
+      billing-audit explain aws-96bc1426b7e8-13 --db demo.duckdb
+      billing-audit explain aws-96bc1426b7e8-13 --db demo.duckdb --config billing-audit.toml --format json
 
     JSON: schema_version, generated_at, filters, the line's every column (money as exact
-    decimal strings) and its rule hits.
+    decimal strings), its rule hits, on_demand, attribution (job, team, job_from, team_from),
+    category and window (null unless a checkpoint re-read or egress line).
     """
-    found = app.explain(db, line_item_id)
+    found = app.explain(db, line_item_id, config_path)
     if fmt == "json":
         click.echo(jsonout.dumps(found.to_dict()))
         return
@@ -48,6 +53,52 @@ def explain(line_item_id: str, db: str, fmt: str) -> None:
     od = found.on_demand
     if od is not None:
         echo(on_demand_text(od, line.get("BillingCurrency")))
+    for text in placement_text(found.attribution, found.category, found.window):
+        echo(text)
+
+
+def _source(f: dict[str, Any], what: str) -> str:
+    """What gave a job or team its value, in words."""
+    s = f.get("source")
+    if s == "tag":
+        return f"the line's own tag {f['key']}={f['value']}"
+    if s == "resource_majority":
+        return f"the {what} tag most lines of resource {f['resource']} carry ({f['lines']} of {f['of']} lines)"
+    if s == "resource_map":
+        return f"resource-map row {f['row']} ({f['pattern']}) of {f['file']}"
+    if s == "account_teams":
+        return f"account_teams entry {f['account']} (the line's {f['column']})"
+    if s == "job_majority":
+        return f"the team most lines of job {f['job']} carry ({f['lines']} of {f['of']} lines)"
+    return "nothing: tried " + "; ".join(f.get("tried", []))
+
+
+def placement_text(attr: dict[str, Any] | None, category: str | None, window: dict[str, Any] | None) -> list[str]:
+    """Where the report puts the line: job, team and why; its category; its restart window."""
+    out = []
+    if attr is not None and attr.get("job_from") is None:
+        out.append(f"  attribution: n/a ({attr.get('reason')})")
+    elif attr is not None:
+        where = f" in {attr['period']}" if attr.get("period") else ""
+        out.append(f"  job                {attr['job']}{where}, from {_source(attr['job_from'], 'job')}")
+        out.append(f"  team               {attr['team']}, from {_source(attr['team_from'], 'team')}")
+    if category is None:
+        out.append("  category           none: no rule counts it (other cost)")
+    else:
+        counted = {"restart_fee": "; billed interruption overhead (restart_fees)",
+                   "other_compute_charge": "; billed interruption overhead (other_compute_charges)"}.get(category, "")
+        out.append(f"  category           {category} (the first in precedence order among its hits){counted}")
+    if window is not None:
+        if window["linked"]:
+            opened = ", ".join(f"{i['start']:%Y-%m-%d %H:%M} ({i['source']})" if i["start"] is not None
+                               else f"the stop of a churned spot resource at {i['end']:%Y-%m-%d %H:%M} ({i['source']})"
+                               for i in window["interruptions"])
+            out.append(f"  restart window     yes: interruption overhead ({window['counted_as']}); the window "
+                       f"({window['periods']} periods after the interruption's) opened by the interruption at "
+                       f"{opened}")
+        else:
+            out.append(f"  restart window     no: {window['reason']} ({window['counted_as']})")
+    return out
 
 
 def on_demand_text(od: dict[str, Any], currency: str | None) -> str:
