@@ -13,12 +13,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from peers_aws_pricing import PricingPeer, bulk_indexes, offer_csv, offer_row, product
 
 from billing_audit.prices import PriceNeed
 from connectors.aws import prices_pull
 from connectors.aws.prices_pull import PULLER, AwsPricesOptions, Version, in_force
 from connectors.pull_common import PullError
+from peers_aws_pricing import PricingPeer, bulk_indexes, offer_csv, offer_row, product
 
 P4D = "BoxUsage:p4d.24xlarge"  # US East (N. Virginia): no region prefix in the price list
 G5 = "BoxUsage:g5.12xlarge"
