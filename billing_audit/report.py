@@ -119,6 +119,7 @@ STOPPED_CTE = """stopped AS (
 CHURN_CTES = STOPPED_CTE + """,
 churn AS (SELECT job, team, provider, currency, CAST(e AS DATE) AS day, count(*) AS n FROM stopped GROUP BY ALL)"""
 ROW_KEY = "job, team, provider, currency"
+PREV_EVENTS = "ba_prev_ev"  # the previous billing period's interruptions (job row, ts, te), see _carry
 
 
 def window_ctes(cfg: Config) -> str:
@@ -135,6 +136,9 @@ def window_ctes(cfg: Config) -> str:
     n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
                  + f" ELSE {default} END") if overrides else default
     same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
+    # the previous billing period's interruptions (PREV_EVENTS: for linking only, counted in their own period)
+    prev = (f"pv.job = ck.job AND pv.provider = ck.provider AND pv.currency = ck.currency "
+            f"AND (pv.team = ck.team OR ck.job <> '{UNATTRIBUTED}')")
     return f"""src AS (
   SELECT {ROW_KEY},
     CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
@@ -161,7 +165,34 @@ lk AS (
   FROM ck WHERE EXISTS (
     SELECT 1 FROM ev WHERE {same}
       AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s)))
+  OR EXISTS (
+    SELECT 1 FROM {PREV_EVENTS} pv WHERE {prev}
+      AND ck.s < pv.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(pv.ts, pv.te - (ck.e - ck.s)))
 )"""
+
+
+def _no_prev(con: duckdb.DuckDBPyConnection) -> None:
+    """No previous period's interruptions to link with (the first period, or a report of one engine run)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {PREV_EVENTS} (job VARCHAR, team VARCHAR, provider VARCHAR, "
+                "currency VARCHAR, ts TIMESTAMP, te TIMESTAMP)")
+
+
+def _carry(con: duckdb.DuckDBPyConnection, cfg: Config) -> None:
+    """The interruptions of the period prepared on `con` (its own, from its own source) as the next period's
+    PREV_EVENTS: a restart at 23:00 on the last day of a month links the re-read at 00:00 on the 1st."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_next_ev AS WITH {CHURN_CTES}, {window_ctes(cfg)} "
+                "SELECT job, team, provider, currency, ts, te FROM ev")
+    con.execute(f"DROP TABLE IF EXISTS {PREV_EVENTS}")
+    con.execute(f"ALTER TABLE ba_next_ev RENAME TO {PREV_EVENTS}")
+
+
+def previous_period(period: str) -> str:
+    """The billing month before `period` (YYYY-MM)."""
+    try:
+        y, m = (int(x) for x in period.split("-"))
+    except ValueError:
+        raise BillingAuditError(f"--period {period!r}: expected YYYY-MM") from None
+    return f"{y - 1}-12" if m == 1 else f"{y}-{m - 1:02d}"
 
 
 def job_sql(cfg: Config) -> str:
@@ -322,15 +353,23 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
 
 
 def _compute(store: Store, cfg: Config, period: str | None, basis: str,
-             engine_run: int | dict[str, int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
-    """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed."""
+             engine_run: int | dict[str, int] | None,
+             carried: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
+    """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed.
+
+    Restart windows cross billing periods: a period's re-reads and egress also link with the previous period's
+    interruptions (PREV_EVENTS, from that period computed alone), for one period and all periods alike.
+    `carried`: PREV_EVENTS is already set (an engine run of a period inside a report of several)."""
     con = store.con
+    if not carried:
+        _no_prev(con)
     if isinstance(engine_run, dict):  # one engine run per period: their rows summed, as locally
         run_jobs: list[dict[str, Any]] = []
         run_daily: list[dict[str, Any]] = []
         fired = []
-        for p, run in engine_run.items():
-            rows, d, f = _compute(store, cfg, p, basis, run)
+        for p, run in sorted(engine_run.items()):
+            rows, d, f = _compute(store, cfg, p, basis, run, carried=True)
+            _carry(con, cfg)
             for r in rows:
                 r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
             run_jobs += rows
@@ -363,7 +402,11 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
                 r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
                 jobs.append(r)
             daily += _daily_rows(con, cfg)
+            _carry(con, cfg)
         return _combine(jobs, cfg), daily, _rules_fired(store, None)
+    if period is not None and previous_period(period) in store_periods(store):
+        prepare(con, cfg, previous_period(period), basis)  # its interruptions, to link this period's traffic with
+        _carry(con, cfg)
     prepare(con, cfg, period, basis)
     return _job_rows(con, cfg), _daily_rows(con, cfg), _rules_fired(store, period)
 

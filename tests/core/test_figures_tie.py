@@ -27,7 +27,7 @@ MONEY = [c for c in FINANCE_COLUMNS if c != "interruptions"]
 
 
 def _dec(v: object) -> Decimal | None:
-    if v is None or v == "":
+    if v is None or v in ("", "n/a"):  # n/a: not measured (every CSV writes it so)
         return None
     return Decimal(str(v))
 
