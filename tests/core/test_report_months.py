@@ -10,10 +10,13 @@ interruption's charge period and the 3 after it; checkpoint interval 30 min, res
   0.40 at 03:00 and 0.80 at 16:00.
 - xi (speech, January): x1 runs 00:00-02:00 and stops at 03:00, x2 runs 03:00-05:00, at 3.00 (list 12.00); GETs
   0.60 at 03:00, egress 1.50 at 07:00.
+- pi (nlp, February): lines under two payers (444455556666 and 777788889999), see the export test.
+- rho and sigma (speech, February, Azure EA in EUR, daily lines): spot VMs billed in "100 Hours" and "10 Hours".
 """
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -130,3 +133,61 @@ def test_the_daily_rows_carry_the_linked_traffic_into_february(store_path: Path)
     daily = {str(r["day"]): r["overhead"] for r in rep.daily.iter_rows(named=True) if r["job"] == "mu"}
     _eq(daily["2027-01-31"], "0.42")
     _eq(daily["2027-02-01"], "2.50")
+
+
+def test_export_by_team_and_billing_account(store_path: Path, tmp_path: Path) -> None:
+    """pi (nlp, February) runs under two payers.  444455556666: 2 spot hours at 4.00 (list 10.00), a fee of 0.20
+    for 2 restarts; 777788889999: 2 spot hours at 4.00, a fee of 0.10 for 1 restart, GETs 0.30 linked.  The job:
+    3 restarts, 16.00 for 4 hours, 4.00 an hour: recompute 3 x 0.25 h x 4.00 = 3.00, idle 3 x 5/60 h x 4.00 = 1.00,
+    shared by each account's restarts: 2.00 + 0.666666666667 and 1.00 + 0.333333333333.  Overhead per account
+    0.20 + 2.666666666667 = 2.866666666667 and 0.10 + 0.30 + 1.333333333333 = 1.733333333333 (the job's 4.60);
+    savings 20.00 - 8.00 = 12.00 each, net 9.133333333333 and 10.266666666667; total 8.20 and 8.40.  The rows by
+    account sum to the rows by team, per period and currency, and to the store's totals."""
+    from billing_audit import app
+
+    by_team = app.export(str(store_path), tmp_path / "t.json", by="team", fmt="json").to_dicts()
+    for by in ("team,account", "team,provider,account"):
+        rows = app.export(str(store_path), tmp_path / f"{by}.json", by=by, fmt="json").to_dicts()
+        feb = {(r["team"], r["billing_account"]): r for r in rows if r["period"] == "2027-02"}
+        a, b = feb[("nlp", "444455556666")], feb[("nlp", "777788889999")]
+        _eq(a["interruptions"], "2")
+        _eq(b["interruptions"], "1")
+        _eq(a["estimated_interruption_overhead"], "2.666666666667")
+        _eq(b["estimated_interruption_overhead"], "1.333333333333")
+        _eq(a["hidden_overhead_total"], "2.866666666667")
+        _eq(b["hidden_overhead_total"], "1.733333333333")
+        _eq(b["storage_reread_cost"], "0.30")
+        _eq(a["net_spot_savings"], "9.133333333333")
+        _eq(b["net_spot_savings"], "10.266666666667")
+        _eq(a["total_cost"], "8.20")
+        _eq(b["total_cost"], "8.40")
+        if by == "team,provider,account":
+            assert {(r["provider"], r["billing_account"]) for r in rows} == {
+                ("aws", "444455556666"), ("aws", "777788889999"), ("azure", "33445566")}
+        for t in by_team:  # each team row is the sum of its account rows, to the cent and below
+            parts = [r for r in rows if (r["period"], r["team"], r["currency"]) == (t["period"], t["team"], t["currency"])]
+            for c in ("interruptions", "billed_interruption_overhead", "estimated_interruption_overhead",
+                      "hidden_overhead_total", "checkpoint_io_unlinked", "spot_compute_cost", "gross_spot_savings",
+                      "net_spot_savings", "total_cost"):
+                got = [r[c] for r in parts if r[c] is not None]  # n/a (not measured) rows left out, as per team
+                assert (sum(got, D(0)) if got else None) == t[c], (by, t["period"], t["team"], c)
+        # the totals file beside the export: the rows' total cost per period and currency is the store's own
+        totals = json.loads((tmp_path / f"{by}.totals.json").read_text())
+        assert {(t["period"], t["currency"]) for t in totals} == {("2027-01", "USD"), ("2027-02", "USD"),
+                                                                    ("2027-02", "EUR")}
+        assert all(t["ties"] for t in totals), totals
+
+
+def test_units_of_ten_and_a_hundred_hours_scale_the_spot_hours(store_path: Path) -> None:
+    """rho: one daily spot line of 0.2 x "100 Hours" for 14.00 = 20 hours, 0.70 an hour (not 0.2 hours at 70.00);
+    sigma: 1.6 x "10 Hours" for 11.20 = 16 hours, 0.70 an hour (not the day's 24 hours).  Each has 1 restart:
+    recompute 1 x 0.25 h x 0.70 = 0.175, idle 1 x 5/60 h x 0.70 = 0.058333333333, overhead with the 0.07 fee
+    0.303333333333."""
+    jobs = _jobs(store_path, "2027-02")
+    for job, hours in (("rho", 20.0), ("sigma", 16.0)):
+        r = jobs[job]
+        assert (r["currency"], r["spot_hours"], r["interruptions"]) == ("EUR", hours, 1)
+        _eq(r["spot_hourly_cost"], "0.70")
+        _eq(r["recompute_cost_estimate"], "0.175")
+        _eq(r["restart_idle_cost_estimate"], "0.058333333333")
+        _eq(r["hidden_overhead_total"], "0.303333333333")
