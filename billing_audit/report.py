@@ -15,8 +15,10 @@ Definitions (the README repeats them):
   of a line in that period (capped at the period's length).
 - ``recompute_cost_estimate`` = interruptions x checkpoint interval / 2 x hourly cost;
   ``restart_idle_cost_estimate`` = interruptions x restart minutes x hourly cost.
-- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``); outside,
-  ``checkpoint_io_unlinked``.
+- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``; windows of the
+  previous billing period's interruptions too, ``_carry``); outside, ``checkpoint_io_unlinked``.
+- By billing account (``_account_rows``, for ``export --by team,account``): each job row split by the account of
+  its lines, its estimates shared by the account's interruptions; the parts sum to the job row exactly.
 - One computation per period: all periods = the sum of the per-period rows (``_combine``); savings come from
   ``measured_savings`` only; advice and budgets in ``_recommend``.
 """

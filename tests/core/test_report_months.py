@@ -191,3 +191,21 @@ def test_units_of_ten_and_a_hundred_hours_scale_the_spot_hours(store_path: Path)
         _eq(r["recompute_cost_estimate"], "0.175")
         _eq(r["restart_idle_cost_estimate"], "0.058333333333")
         _eq(r["hidden_overhead_total"], "0.303333333333")
+
+
+def test_rows_by_account_tie_to_the_team_rows_on_another_cost_basis(store_path: Path, tmp_path: Path) -> None:
+    """--cost-basis list: pi's components are list cost (4 spot hours at 10.00: 20.00 per account), its savings stay
+    the effective ones (12.00 per account), and the rows by account still sum to the rows by team."""
+    from billing_audit import app
+
+    team = app.export(str(store_path), None, by="team", fmt="json", basis="list").to_dicts()
+    acct = app.export(str(store_path), None, by="team,account", fmt="json", basis="list").to_dicts()
+    feb = {(r["team"], r["billing_account"]): r for r in acct if r["period"] == "2027-02"}
+    for key in (("nlp", "444455556666"), ("nlp", "777788889999")):
+        _eq(feb[key]["spot_compute_cost"], "20")
+        _eq(feb[key]["gross_spot_savings"], "12")
+    for t in team:
+        parts = [r for r in acct if (r["period"], r["team"], r["currency"]) == (t["period"], t["team"], t["currency"])]
+        for c in ("spot_compute_cost", "gross_spot_savings", "net_spot_savings", "hidden_overhead_total", "total_cost"):
+            got = [r[c] for r in parts if r[c] is not None]
+            assert (sum(got, D(0)) if got else None) == t[c], (t["period"], t["team"], c)
