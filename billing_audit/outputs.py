@@ -115,7 +115,9 @@ def rich_totals(report: Report) -> Any:
 
 EXPORT_COMPONENTS = FINANCE_COLUMNS
 EXPORT_KEYS = {"team": ["team", "currency"], "job": ["job", "team", "provider", "currency"],
-               "team,provider": ["team", "provider", "currency"]}
+               "team,provider": ["team", "provider", "currency"],
+               "team,account": ["team", "billing_account", "currency"],
+               "team,provider,account": ["team", "provider", "billing_account", "currency"]}
 JOB_CSV_EXTRA = ["interruptions_source", "savings_eroded_pct", "recommendation", "over_budget", "budget_breaches",
                  "reasons", "spot_hours", "spot_hourly_cost", "spot_unpriced_cost", "lines"]
 
@@ -128,7 +130,7 @@ def finance_rows(report: Report, by: str) -> pl.DataFrame:
     """One report's rows in the finance layout: period, the keys of `by`, then FINANCE_COLUMNS (per job, also
     the advice and the job's extras).  report --format csv, audit's CSVs and export all come from here."""
     if by not in EXPORT_KEYS:
-        raise BillingAuditError(f"--by {by!r}: choose team, job or team,provider")
+        raise BillingAuditError(f"--by {by!r}: choose {', '.join(EXPORT_KEYS)}")
     keys = EXPORT_KEYS[by]
     if by == "job":
         df = report.jobs.select([*keys, *FINANCE_COLUMNS, *JOB_CSV_EXTRA])
@@ -136,6 +138,11 @@ def finance_rows(report: Report, by: str) -> pl.DataFrame:
                              df["budget_breaches"].list.join("; ").alias("budget_breaches"))
     elif by == "team":
         df = report.teams.select([*keys, *FINANCE_COLUMNS])
+    elif "billing_account" in keys:  # the job rows split by billing account (each job row's parts sum to it)
+        if report.accounts is None:
+            raise BillingAuditError(f"--by {by}: this report has no rows by billing account")
+        df = report.accounts.rename({"account": "billing_account"}).group_by(keys).agg(
+            [_sum(c) for c in FINANCE_COLUMNS])
     else:
         df = report.jobs.group_by(keys).agg([_sum(c) for c in FINANCE_COLUMNS])
     return df.with_columns(pl.lit(report.period).alias("period")).select(["period", *df.columns]).sort(keys)

@@ -15,8 +15,10 @@ Definitions (the README repeats them):
   of a line in that period (capped at the period's length).
 - ``recompute_cost_estimate`` = interruptions x checkpoint interval / 2 x hourly cost;
   ``restart_idle_cost_estimate`` = interruptions x restart minutes x hourly cost.
-- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``); outside,
-  ``checkpoint_io_unlinked``.
+- Re-reads and egress are overhead only inside a restart window of the job row (``window_ctes``; windows of the
+  previous billing period's interruptions too, ``_carry``); outside, ``checkpoint_io_unlinked``.
+- By billing account (``_account_rows``, for ``export --by team,account``): each job row split by the account of
+  its lines, its estimates shared by the account's interruptions; the parts sum to the job row exactly.
 - One computation per period: all periods = the sum of the per-period rows (``_combine``); savings come from
   ``measured_savings`` only; advice and budgets in ``_recommend``.
 """
@@ -79,6 +81,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     rules_fired: pl.DataFrame | None = None
     files: pl.DataFrame | None = None
+    accounts: pl.DataFrame | None = None  # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape: money rounded to 4 decimals, as numbers."""
@@ -110,7 +113,7 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
 # job ran on with another taking over within 6 hours: the churn that infers interruptions (one at each stop).
 STOPPED_CTE = """stopped AS (
-  SELECT a.job, a.team, a.provider, a.currency, a.e
+  SELECT a.job, a.team, a.provider, a.currency, a.e, a.account
   FROM ba_spot_res a
   WHERE a.e < (SELECT max(z.e) FROM ba_spot_res z WHERE z.job = a.job AND z.provider = a.provider AND z.currency = a.currency)
     AND EXISTS (SELECT 1 FROM ba_spot_res b WHERE b.job = a.job AND b.provider = a.provider AND b.currency = a.currency
@@ -119,6 +122,7 @@ STOPPED_CTE = """stopped AS (
 CHURN_CTES = STOPPED_CTE + """,
 churn AS (SELECT job, team, provider, currency, CAST(e AS DATE) AS day, count(*) AS n FROM stopped GROUP BY ALL)"""
 ROW_KEY = "job, team, provider, currency"
+PREV_EVENTS = "ba_prev_ev"  # the previous billing period's interruptions (job row, ts, te), see _carry
 
 
 def window_ctes(cfg: Config) -> str:
@@ -135,6 +139,9 @@ def window_ctes(cfg: Config) -> str:
     n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
                  + f" ELSE {default} END") if overrides else default
     same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
+    # the previous billing period's interruptions (PREV_EVENTS: for linking only, counted in their own period)
+    prev = (f"pv.job = ck.job AND pv.provider = ck.provider AND pv.currency = ck.currency "
+            f"AND (pv.team = ck.team OR ck.job <> '{UNATTRIBUTED}')")
     return f"""src AS (
   SELECT {ROW_KEY},
     CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
@@ -153,15 +160,42 @@ ev AS (
   WHERE src.source = 'inferred'
 ),
 ck AS (
-  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost FROM ba_win w
+  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost, w.account FROM ba_win w
   WHERE w.category IN ('storage_reread', 'checkpoint_egress') AND w.s IS NOT NULL AND w.e IS NOT NULL AND w.e > w.s
 ),
 lk AS (
-  SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost
+  SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost, ck.account
   FROM ck WHERE EXISTS (
     SELECT 1 FROM ev WHERE {same}
       AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s)))
+  OR EXISTS (
+    SELECT 1 FROM {PREV_EVENTS} pv WHERE {prev}
+      AND ck.s < pv.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(pv.ts, pv.te - (ck.e - ck.s)))
 )"""
+
+
+def _no_prev(con: duckdb.DuckDBPyConnection) -> None:
+    """No previous period's interruptions to link with (the first period, or a report of one engine run)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {PREV_EVENTS} (job VARCHAR, team VARCHAR, provider VARCHAR, "
+                "currency VARCHAR, ts TIMESTAMP, te TIMESTAMP)")
+
+
+def _carry(con: duckdb.DuckDBPyConnection, cfg: Config) -> None:
+    """The interruptions of the period prepared on `con` (its own, from its own source) as the next period's
+    PREV_EVENTS: a restart at 23:00 on the last day of a month links the re-read at 00:00 on the 1st."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_next_ev AS WITH {CHURN_CTES}, {window_ctes(cfg)} "
+                "SELECT job, team, provider, currency, ts, te FROM ev")
+    con.execute(f"DROP TABLE IF EXISTS {PREV_EVENTS}")
+    con.execute(f"ALTER TABLE ba_next_ev RENAME TO {PREV_EVENTS}")
+
+
+def previous_period(period: str) -> str:
+    """The billing month before `period` (YYYY-MM)."""
+    try:
+        y, m = (int(x) for x in period.split("-"))
+    except ValueError:
+        raise BillingAuditError(f"--period {period!r}: expected YYYY-MM") from None
+    return f"{y - 1}-12" if m == 1 else f"{y}-{m - 1:02d}"
 
 
 def job_sql(cfg: Config) -> str:
@@ -199,6 +233,102 @@ SELECT agg.* EXCLUDE (reread_all, egress_all),
                  AND c.currency = agg.currency), 0) AS churn_count
 FROM agg LEFT JOIN ba_spot_hours sh USING ({ROW_KEY}) LEFT JOIN linked lnk USING ({ROW_KEY})
 """
+
+
+def account_sql(cfg: Config) -> str:
+    """Per job row and billing account: the sums a job row is made of, with the interruptions of each source
+    (fee quantity, signal lines, churned resources) to share the row's estimates by."""
+    return f"""
+WITH {CHURN_CTES},
+{window_ctes(cfg)},
+linked AS (
+  SELECT {ROW_KEY}, account,
+    coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_linked,
+    coalesce(sum(cost) FILTER (WHERE category = 'checkpoint_egress'), 0) AS egress_linked
+  FROM lk GROUP BY ALL
+),
+ch AS (SELECT {ROW_KEY}, account, count(*) AS churn_count FROM stopped GROUP BY ALL),
+agg AS (
+  SELECT {ROW_KEY}, account, sum(cost) AS total_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'spot_compute'), 0) AS spot_compute_cost,
+    sum(od_cost) FILTER (WHERE category = 'spot_compute') AS on_demand_equivalent_cost,
+    coalesce(sum(cost) FILTER (WHERE category = 'restart_fee'), 0) AS restart_fees,
+    coalesce(sum(cost) FILTER (WHERE category = 'other_compute_charge'), 0) AS other_compute_charges,
+    coalesce(sum(cost) FILTER (WHERE category IN ('storage_reread', 'checkpoint_egress')), 0) AS ckpt_all,
+    coalesce(sum(fee_n), 0) AS fee_count,
+    coalesce(sum(n) FILTER (WHERE signal), 0) AS signal_count,
+    coalesce(sum(unpriced) FILTER (WHERE category = 'spot_compute'), 0) AS spot_unpriced_cost
+  FROM ba_agg GROUP BY ALL
+)
+SELECT agg.* EXCLUDE (ckpt_all),
+       coalesce(lnk.reread_linked, 0) AS storage_reread_cost, coalesce(lnk.egress_linked, 0) AS checkpoint_egress_cost,
+       agg.ckpt_all - coalesce(lnk.reread_linked, 0) - coalesce(lnk.egress_linked, 0) AS checkpoint_io_unlinked,
+       coalesce(ch.churn_count, 0) AS churn_count
+FROM agg LEFT JOIN linked lnk ON {" AND ".join(f"lnk.{c} IS NOT DISTINCT FROM agg.{c}" for c in ACCOUNT_KEY)}
+LEFT JOIN ch ON {" AND ".join(f"ch.{c} IS NOT DISTINCT FROM agg.{c}" for c in ACCOUNT_KEY)}
+ORDER BY {ROW_KEY}, account NULLS LAST
+"""
+
+
+ACCOUNT_KEY = ["job", "team", "provider", "currency", "account"]
+ACCOUNT_SUMS = ["spot_compute_cost", "spot_unpriced_cost", "restart_fees", "other_compute_charges",
+                "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked", "total_cost"]
+
+
+def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job rows of the aggregates on `con` split by billing account, every finance column summing back to its
+    job row exactly: sums straight from the lines; the job's interruptions counted per account from the job's own
+    source; its estimates shared by those interruptions (the last account of the row takes the remainder, so the
+    parts add up to the cent and below); savings and overhead derived per account as per job."""
+    cur = con.execute(account_sql(cfg))
+    names = [d[0] for d in cur.description]
+    parts: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for values in cur.fetchall():
+        row = dict(zip(names, values, strict=True))
+        parts.setdefault((row["job"], row["team"], row["provider"], row["currency"]), []).append(row)
+    out: list[dict[str, Any]] = []
+    for job in jobs:
+        rows = parts.get((job["job"], job["team"], job["provider"], job["currency"]), [])
+        field = {"fee_lines": "fee_count", "signals": "signal_count", "inferred": "churn_count"}.get(
+            job["interruptions_source"])
+        counts = [Decimal(r[field] or 0) if field else Decimal(0) for r in rows]
+        shares = _shares(job["interruptions"], counts)
+        for est in ("recompute_cost_estimate", "restart_idle_cost_estimate"):
+            total = job[est]
+            split: list[Decimal | None] = list(_split(total, shares)) if total is not None else [None] * len(rows)
+            for part, v in zip(rows, split, strict=True):
+                part[est] = v
+        for part, n in zip(rows, counts, strict=True):
+            part["interruptions"] = n
+            out.append(_finance(part))
+    return out
+
+
+def _shares(total: Decimal, counts: list[Decimal]) -> list[Decimal]:
+    """Each part's share of `total` (equal shares when nothing is counted per part)."""
+    if not counts:
+        return []
+    if total and sum(counts, Decimal(0)) == total:
+        return [c / total for c in counts]
+    return [Decimal(1) / len(counts)] * len(counts)
+
+
+def _split(total: Decimal, shares: list[Decimal]) -> list[Decimal]:
+    """`total` in parts by `shares`, each to 12 places, the last the remainder: the parts add up to `total`."""
+    got = [_money(total * s) for s in shares[:-1]]
+    return [*got, total - sum(got, Decimal(0))] if shares else []
+
+
+def _finance(r: dict[str, Any]) -> dict[str, Any]:
+    """An account row's derived finance columns, by the job row's formulas (see _derive)."""
+    gross = measured_savings(r)
+    billed = (r["restart_fees"] + r["other_compute_charges"] + r["storage_reread_cost"] + r["checkpoint_egress_cost"])
+    estimated = _nsum([r["recompute_cost_estimate"], r["restart_idle_cost_estimate"]])
+    overhead = billed + (estimated or 0)
+    r.update({"gross_spot_savings": gross, "billed_interruption_overhead": billed,
+              "estimated_interruption_overhead": estimated, "hidden_overhead_total": overhead,
+              "net_spot_savings": None if gross is None else gross - overhead})
+    return r
 
 
 def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
@@ -307,30 +437,46 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
     warnings: list[str] = []
-    effective = None
+    effective = effective_accounts = None
     if cost_basis != "effective":
         if engine_run is None or savings_run is not None:
-            effective = _compute(store, cfg, period, "effective", savings_run)[0]
+            eff = _compute(store, cfg, period, "effective", savings_run)
+            effective, effective_accounts = eff[0], eff[3]
             warnings.append(f"--cost-basis {cost_basis}: the components and totals are {cost_basis} cost; savings, "
                             "erosion and advice are measured at effective cost against the on-demand equivalent "
                             f"({cost_basis} cost cannot measure them like with like)")
         else:
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
-    rows, daily, fired = _compute(store, cfg, period, cost_basis, engine_run)
-    return _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
+    rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run)
+    rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
+    rep.accounts = _accounts_frame(accounts, effective_accounts)
+    return rep
+
+
+Computed = tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame, list[dict[str, Any]]]
 
 
 def _compute(store: Store, cfg: Config, period: str | None, basis: str,
-             engine_run: int | dict[str, int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
-    """(job rows, daily rows, rules fired) on `basis`: of the engine run, of `period`, or of every period summed."""
+             engine_run: int | dict[str, int] | None,
+             carried: bool = False) -> Computed:
+    """(job rows, daily rows, rules fired, job rows by billing account) on `basis`: of the engine run, of `period`, or of every period summed.
+
+    Restart windows cross billing periods: a period's re-reads and egress also link with the previous period's
+    interruptions (PREV_EVENTS, from that period computed alone), for one period and all periods alike.
+    `carried`: PREV_EVENTS is already set (an engine run of a period inside a report of several)."""
     con = store.con
+    if not carried:
+        _no_prev(con)
     if isinstance(engine_run, dict):  # one engine run per period: their rows summed, as locally
         run_jobs: list[dict[str, Any]] = []
         run_daily: list[dict[str, Any]] = []
+        run_accounts: list[dict[str, Any]] = []
         fired = []
-        for p, run in engine_run.items():
-            rows, d, f = _compute(store, cfg, p, basis, run)
+        for p, run in sorted(engine_run.items()):
+            rows, d, f, a = _compute(store, cfg, p, basis, run, carried=True)
+            _carry(con, cfg)
+            run_accounts += a
             for r in rows:
                 r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
             run_jobs += rows
@@ -338,13 +484,15 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
             fired.append(f)
         all_fired = (pl.concat(fired).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
                      if fired else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
-        return _combine(run_jobs, cfg), run_daily, all_fired
+        return _combine(run_jobs, cfg), run_daily, all_fired, _combine_accounts(run_accounts)
     if engine_run is not None:
         from billing_audit.engines.pipeline import load_run
 
         load_run(con, engine_run)
-        return _job_rows(con, cfg), _daily_rows(con, cfg), store.sql(
-            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id")
+        run_rows = _job_rows(con, cfg)
+        return run_rows, _daily_rows(con, cfg), store.sql(
+            "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"
+        ), _account_rows(con, cfg, run_rows)
     if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
         raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
     if not store._has_table("line_categories"):  # stores tagged before the view existed
@@ -356,16 +504,24 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
     if period is None and len(periods) > 1:
         jobs: list[dict[str, Any]] = []
         daily: list[dict[str, Any]] = []
+        accounts: list[dict[str, Any]] = []
         for p in periods:
             prepare(con, cfg, p, basis)
-            for r in _job_rows(con, cfg):
+            mine = _job_rows(con, cfg)
+            accounts += _account_rows(con, cfg, mine)
+            for r in mine:
                 checked = _derive(dict(r), cfg)  # budgets are per month: each period checks its own
                 r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
                 jobs.append(r)
             daily += _daily_rows(con, cfg)
-        return _combine(jobs, cfg), daily, _rules_fired(store, None)
+            _carry(con, cfg)
+        return _combine(jobs, cfg), daily, _rules_fired(store, None), _combine_accounts(accounts)
+    if period is not None and previous_period(period) in store_periods(store):
+        prepare(con, cfg, previous_period(period), basis)  # its interruptions, to link this period's traffic with
+        _carry(con, cfg)
     prepare(con, cfg, period, basis)
-    return _job_rows(con, cfg), _daily_rows(con, cfg), _rules_fired(store, period)
+    one = _job_rows(con, cfg)
+    return one, _daily_rows(con, cfg), _rules_fired(store, period), _account_rows(con, cfg, one)
 
 
 def measured_savings(row: dict[str, Any]) -> Decimal | None:
@@ -498,6 +654,30 @@ def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows
             "SELECT file, format, provider, periods, rows, status FROM ingest_log ORDER BY ingest_id, file"
         ),
     )
+
+
+ACCOUNT_COLUMNS = [*ACCOUNT_KEY, *FINANCE_COLUMNS]
+ACCOUNT_SAVINGS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings"]
+
+
+def _combine_accounts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Account rows of several periods summed per job row and account (n/a rows left out of each sum)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[c] for c in ACCOUNT_KEY), []).append(r)
+    return [{**dict(zip(ACCOUNT_KEY, k, strict=True)),
+             **{c: _nsum([r[c] for r in rs]) for c in FINANCE_COLUMNS}} for k, rs in groups.items()]
+
+
+def _accounts_frame(rows: list[dict[str, Any]], effective: list[dict[str, Any]] | None) -> pl.DataFrame:
+    """The account rows as a frame; on another cost basis with the effective rows' savings (as the job rows)."""
+    if effective is not None:
+        eff = {tuple(r[c] for c in ACCOUNT_KEY): r for r in effective}
+        for r in rows:
+            e = eff.get(tuple(r[c] for c in ACCOUNT_KEY))
+            for c in ACCOUNT_SAVINGS:
+                r[c] = e[c] if e is not None else None
+    return _frame(rows, ACCOUNT_COLUMNS)
 
 
 def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:

@@ -16,7 +16,7 @@ those combinations, so the work is done in three steps:
 2. **Attribution** (``ba_attr``), on the distinct keys: the key's job and team tag, else the tag
    most of the resource's lines carry, else the first matching resource-map row, else the account
    map; a job's team is the team most of its lines carry (ties: alphabetical).
-3. **Aggregates** (``ba_agg`` per job, team, provider, currency, day and category;
+3. **Aggregates** (``ba_agg`` per job, team, provider, currency, day, category and billing account;
    ``ba_spot_hours`` per job; ``ba_spot_res`` per spot resource): small whatever the bill's size.
 
 The attribution and aggregate SQL sticks to constructs every engine shares (CASE, COALESCE,
@@ -35,13 +35,15 @@ from billing_audit.sql import lit
 UNATTRIBUTED = "(unattributed)"
 COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
 COUNTABLE_UNIT = r"restart|interrupt|eviction|preemption|count|each|event|occurrence|^1$|^$"
-HOUR_UNITS = r"^(hrs?|hours?|1 hours?|100 hours|h|hour)$"
+HOUR_UNITS = r"^(1 )?(hrs?|hours?|h)$"
+# units that count hours in tens or hundreds (Azure's "10 Hours", "100 Hours"): the quantity scaled by the number
+HOUR_MULTIPLES = {10: r"^10 (hrs?|hours?)$", 100: r"^100 (hrs?|hours?)$"}
 CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
 SPOT_RANK = CATEGORIES.index("spot_compute") + 1
 FEE_RANK = CATEGORIES.index("restart_fee") + 1
 # what restart windows look at by charge period: the fees, checkpoint re-reads and egress (and signal lines)
 WINDOW_RANKS = tuple(CATEGORIES.index(c) + 1 for c in ("restart_fee", "storage_reread", "checkpoint_egress"))
-GROUPS_VERSION = 2  # 2: the charge period is kept for the restart-window lines too (older groups are rebuilt)
+GROUPS_VERSION = 3  # 2: the charge period is kept for the restart-window lines too; 3: "10 Hours" / "100 Hours" scale the spot hours (older groups are rebuilt)
 
 KEY_COLUMNS = ["x_Provider", "BillingCurrency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "Tags"]
 KEY_HASH = "hash(" + ", ".join(f"l.{c}" for c in KEY_COLUMNS) + ")"
@@ -94,14 +96,18 @@ def export_od() -> str:
 def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     """What each group sums, the same on every engine: lines; cost for each basis in `bases` (effective,
     billed) and list cost; restarts counted by fee lines; the largest spot usage in hours (capped at the
-    charge period's length, DECIMAL so that engines add it up alike); the spot lines' on-demand equivalent
+    charge period's length, DECIMAL so that engines add it up alike; a unit of "10 Hours" or "100 Hours"
+    scales the quantity by its number); the spot lines' on-demand equivalent
     (``od``: an expression over ``l`` and what it is joined to, NULL where the line has none; default: the
     export's own, :func:`export_od`), the spot lines that have one, and the spot cost of those that have not."""
     od = od or export_od()
-    hours = (f"CASE WHEN regexp_matches(lower(coalesce(l.PricingUnit, '')), '{HOUR_UNITS}') "
-             "THEN CAST(l.PricingQuantity AS DOUBLE) "
-             f"WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), '{HOUR_UNITS}') "
-             f"THEN CAST(l.ConsumedQuantity AS DOUBLE) ELSE {_span()} END")
+    whens = []
+    for unit, qty in (("PricingUnit", "PricingQuantity"), ("ConsumedUnit", "ConsumedQuantity")):
+        low = f"lower(trim(coalesce(l.{unit}, '')))"
+        whens.append(f"WHEN regexp_matches({low}, '{HOUR_UNITS}') THEN CAST(l.{qty} AS DOUBLE)")
+        whens += [f"WHEN regexp_matches({low}, '{pattern}') THEN CAST(l.{qty} AS DOUBLE) * {n}"
+                  for n, pattern in HOUR_MULTIPLES.items()]
+    hours = f"CASE {' '.join(whens)} ELSE {_span()} END"
     parts = ["count(*) AS n"]
     parts += [f"sum(coalesce(l.{COST_BASES[b]}, 0)) AS {b}" for b in bases]
     parts += [
@@ -347,9 +353,10 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> l
         ("ba_agg", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
        {cat} AS category, g.signal AS signal, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.list) AS list_cost,
-       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced, SUM(g.od) AS od_cost
+       SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced, SUM(g.od) AS od_cost,
+       k.BillingAccountId AS account
 FROM {joined}
-GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal"""),
+GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal, k.BillingAccountId"""),
         ("ba_spot_hours", f"""
 SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
   SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, MAX(g.hours) AS hm
@@ -358,14 +365,15 @@ SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
 GROUP BY job, team, provider, currency"""),
         ("ba_spot_res", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, k.ResourceId AS ResourceId,
-       MIN(g.cps) AS s, MAX(g.cpe) AS e
+       MIN(g.cps) AS s, MAX(g.cpe) AS e, MIN(k.BillingAccountId) AS account
 FROM {joined} AND g.rank = {SPOT_RANK} AND k.ResourceId IS NOT NULL AND t.job <> '{UNATTRIBUTED}'
 GROUP BY t.job, t.team, k.provider, k.currency, k.ResourceId"""),
         ("ba_win", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {cat} AS category,
-       g.signal AS signal, g.cps AS s, g.cpe AS e, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.fee_n) AS fee_n
+       g.signal AS signal, g.cps AS s, g.cpe AS e, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.fee_n) AS fee_n,
+       k.BillingAccountId AS account
 FROM {joined} AND (g.rank IN ({", ".join(map(str, WINDOW_RANKS))}) OR g.signal)
-GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe"""),
+GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe, k.BillingAccountId"""),
     ]
 
 

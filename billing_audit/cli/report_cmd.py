@@ -144,8 +144,9 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
 @db_option
 @config_option()
 @period_option()
-@click.option("--by", type=click.Choice(["team", "job", "team,provider"]), default="team", show_default=True,
-              help="One row per period x team (or job, or team and provider) x currency.")
+@click.option("--by", type=click.Choice(["team", "job", "team,provider", "team,account", "team,provider,account"]),
+              default="team", show_default=True,
+              help="One row per period x team (or job, or team and provider, and/or billing account) x currency.")
 @format_option("csv", "parquet", "json")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
               help="File to write (its folder must exist); - writes csv or json to stdout.")

@@ -46,6 +46,7 @@ RESULT_COLUMNS = [
     ("spot_hours", "DECIMAL(38,12)"), ("ResourceId", "VARCHAR"), ("s", "TIMESTAMP"), ("e", "TIMESTAMP"), ("rule_id", "VARCHAR"),
     ("unpriced", "DECIMAL(38,12)"),  # these last: older stores get them by ALTER TABLE ... ADD COLUMN
     ("od_cost", "DECIMAL(38,12)"),  # the spot lines' on-demand equivalent, as the export gives it (rollup.export_od)
+    ("account", "VARCHAR"),  # the billing account (agg, res, win): export --by team,account
 ]
 
 
@@ -130,10 +131,11 @@ WHERE {pf} GROUP BY h.rule_id, h.category"""))
     final = " UNION ALL ".join([
         row("agg", base | {c: c for c in ("day", "category", "signal", "n", "cost", "list_cost", "fee_n")}
             | {"priced": "CAST(priced AS BIGINT)", "unpriced": "CAST(unpriced AS DECIMAL(38,12))",
-               "od_cost": "CAST(od_cost AS DECIMAL(38,12))"}) + " FROM ba_agg",
+               "od_cost": "CAST(od_cost AS DECIMAL(38,12))", "account": "account"}) + " FROM ba_agg",
         row("hours", base | {"spot_hours": "spot_hours"}) + " FROM ba_spot_hours",
-        row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e"}) + " FROM ba_spot_res",
-        row("win", base | {c: c for c in ("category", "signal", "n", "cost", "fee_n", "s", "e")}) + " FROM ba_win",
+        row("res", base | {"ResourceId": "ResourceId", "s": "s", "e": "e", "account": "account"}) + " FROM ba_spot_res",
+        row("win", base | {c: c for c in ("category", "signal", "n", "cost", "fee_n", "s", "e", "account")})
+        + " FROM ba_win",
         row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
     ])
     return [*ctes, ("result", final)]
@@ -198,6 +200,7 @@ def store_results(con: duckdb.DuckDBPyConnection, run: EngineRun, rows: Iterable
     for stmt in RESULT_TABLES.format(cols=cols).split(";"):
         if stmt.strip():
             con.execute(stmt)
+    con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS account VARCHAR")  # stores of older versions
     con.execute("BEGIN TRANSACTION")
     try:
         row = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM engine_runs").fetchone()
@@ -235,15 +238,16 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                   "coalesce(unpriced, 0) AS unpriced, "
                   # runs of older versions have no od_cost: their list cost was the on-demand equivalent
                   "CASE WHEN od_cost IS NOT NULL THEN od_cost WHEN category = 'spot_compute' AND priced > 0 "
-                  "THEN list_cost END AS od_cost",
+                  "THEN list_cost END AS od_cost, account",
         "ba_spot_hours": "job, team, provider, currency, spot_hours",
-        "ba_spot_res": "job, team, provider, currency, ResourceId, s, e",
-        "ba_win": "job, team, provider, currency, category, signal, s, e, n, cost, fee_n",
+        "ba_spot_res": "job, team, provider, currency, ResourceId, s, e, account",
+        "ba_win": "job, team, provider, currency, category, signal, s, e, n, cost, fee_n, account",
         "ba_fired": "rule_id, category, n AS lines",
     }
     kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_win": "win", "ba_fired": "rule"}
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12)")
+    con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS account VARCHAR")
     for table, cols in sel.items():
         con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT {cols} FROM engine_results "
                     f"WHERE run_id = {int(run_id)} AND kind = '{kinds[table]}'")

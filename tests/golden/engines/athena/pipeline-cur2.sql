@@ -619,10 +619,18 @@ WITH line_items AS (
             DATE_TRUNC('SECOND', l.ChargePeriodEnd)
           ) AS DOUBLE) / 3600.0,
           CASE
-            WHEN REGEXP_LIKE(LOWER(COALESCE(l.PricingUnit, '')), '^(hrs?|hours?|1 hours?|100 hours|h|hour)$')
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
             THEN CAST(l.PricingQuantity AS DOUBLE)
-            WHEN REGEXP_LIKE(LOWER(COALESCE(l.ConsumedUnit, '')), '^(hrs?|hours?|1 hours?|100 hours|h|hour)$')
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^10 (hrs?|hours?)$')
+            THEN CAST(l.PricingQuantity AS DOUBLE) * 10
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^100 (hrs?|hours?)$')
+            THEN CAST(l.PricingQuantity AS DOUBLE) * 100
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
             THEN CAST(l.ConsumedQuantity AS DOUBLE)
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^10 (hrs?|hours?)$')
+            THEN CAST(l.ConsumedQuantity AS DOUBLE) * 10
+            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^100 (hrs?|hours?)$')
+            THEN CAST(l.ConsumedQuantity AS DOUBLE) * 100
             ELSE CAST(DATE_DIFF(
               'SECOND',
               DATE_TRUNC('SECOND', l.ChargePeriodStart),
@@ -1037,7 +1045,8 @@ WITH line_items AS (
     SUM(g.fee_n) AS fee_n,
     SUM(g.priced_effective) AS priced,
     SUM(g.unpriced_effective) AS unpriced,
-    SUM(g.od) AS od_cost
+    SUM(g.od) AS od_cost,
+    k.BillingAccountId AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1053,7 +1062,8 @@ WITH line_items AS (
     k.currency,
     g.day,
     g.rank,
-    g.signal
+    g.signal,
+    k.BillingAccountId
 ), ba_spot_hours AS (
   SELECT
     job,
@@ -1100,7 +1110,8 @@ WITH line_items AS (
     k.currency AS currency,
     k.ResourceId AS ResourceId,
     MIN(g.cps) AS s,
-    MAX(g.cpe) AS e
+    MAX(g.cpe) AS e,
+    MIN(k.BillingAccountId) AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1147,7 +1158,8 @@ WITH line_items AS (
     g.cpe AS e,
     SUM(g.n) AS n,
     SUM(g.effective) AS cost,
-    SUM(g.fee_n) AS fee_n
+    SUM(g.fee_n) AS fee_n,
+    k.BillingAccountId AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1167,7 +1179,8 @@ WITH line_items AS (
     g.rank,
     g.signal,
     g.cps,
-    g.cpe
+    g.cpe,
+    k.BillingAccountId
 ), fired AS (
   SELECT
     h.rule_id AS rule_id,
@@ -1203,7 +1216,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
   CAST(unpriced AS DECIMAL(38, 12)) AS unpriced,
-  CAST(od_cost AS DECIMAL(38, 12)) AS od_cost
+  CAST(od_cost AS DECIMAL(38, 12)) AS od_cost,
+  account AS account
 FROM ba_agg
 UNION ALL
 SELECT
@@ -1226,7 +1240,8 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
   CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
-  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost,
+  CAST(NULL AS VARCHAR) AS account
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1249,7 +1264,8 @@ SELECT
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
   CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
-  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost,
+  account AS account
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1272,7 +1288,8 @@ SELECT
   e AS e,
   CAST(NULL AS VARCHAR) AS rule_id,
   CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
-  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost,
+  account AS account
 FROM ba_win
 UNION ALL
 SELECT
@@ -1295,5 +1312,6 @@ SELECT
   CAST(NULL AS TIMESTAMP) AS e,
   rule_id AS rule_id,
   CAST(NULL AS DECIMAL(38, 12)) AS unpriced,
-  CAST(NULL AS DECIMAL(38, 12)) AS od_cost
+  CAST(NULL AS DECIMAL(38, 12)) AS od_cost,
+  CAST(NULL AS VARCHAR) AS account
 FROM fired

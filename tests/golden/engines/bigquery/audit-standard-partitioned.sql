@@ -884,10 +884,18 @@ WITH gcp_fields AS (
         THEN LEAST(
           DATETIME_DIFF(l.ChargePeriodEnd, l.ChargePeriodStart, SECOND) / 3600.0,
           CASE
-            WHEN REGEXP_CONTAINS(LOWER(COALESCE(l.PricingUnit, '')), '^(hrs?|hours?|1 hours?|100 hours|h|hour)$')
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
             THEN CAST(l.PricingQuantity AS FLOAT64)
-            WHEN REGEXP_CONTAINS(LOWER(COALESCE(l.ConsumedUnit, '')), '^(hrs?|hours?|1 hours?|100 hours|h|hour)$')
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^10 (hrs?|hours?)$')
+            THEN CAST(l.PricingQuantity AS FLOAT64) * 10
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^100 (hrs?|hours?)$')
+            THEN CAST(l.PricingQuantity AS FLOAT64) * 100
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
             THEN CAST(l.ConsumedQuantity AS FLOAT64)
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^10 (hrs?|hours?)$')
+            THEN CAST(l.ConsumedQuantity AS FLOAT64) * 10
+            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^100 (hrs?|hours?)$')
+            THEN CAST(l.ConsumedQuantity AS FLOAT64) * 100
             ELSE DATETIME_DIFF(l.ChargePeriodEnd, l.ChargePeriodStart, SECOND) / 3600.0
           END
         )
@@ -1406,7 +1414,8 @@ WITH gcp_fields AS (
     SUM(g.fee_n) AS fee_n,
     SUM(g.priced_effective) AS priced,
     SUM(g.unpriced_effective) AS unpriced,
-    SUM(g.od) AS od_cost
+    SUM(g.od) AS od_cost,
+    k.BillingAccountId AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1422,7 +1431,8 @@ WITH gcp_fields AS (
     k.currency,
     g.day,
     g.rank,
-    g.signal
+    g.signal,
+    k.BillingAccountId
 ), ba_spot_hours AS (
   SELECT
     job,
@@ -1469,7 +1479,8 @@ WITH gcp_fields AS (
     k.currency AS currency,
     k.ResourceId AS ResourceId,
     MIN(g.cps) AS s,
-    MAX(g.cpe) AS e
+    MAX(g.cpe) AS e,
+    MIN(k.BillingAccountId) AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1516,7 +1527,8 @@ WITH gcp_fields AS (
     g.cpe AS e,
     SUM(g.n) AS n,
     SUM(g.effective) AS cost,
-    SUM(g.fee_n) AS fee_n
+    SUM(g.fee_n) AS fee_n,
+    k.BillingAccountId AS account
   FROM line_groups AS g
   JOIN ba_attr AS t
     ON t.h = g.h
@@ -1536,7 +1548,8 @@ WITH gcp_fields AS (
     g.rank,
     g.signal,
     g.cps,
-    g.cpe
+    g.cpe,
+    k.BillingAccountId
 ), fired AS (
   SELECT
     h.rule_id AS rule_id,
@@ -1572,7 +1585,8 @@ SELECT
   CAST(NULL AS DATETIME) AS e,
   CAST(NULL AS STRING) AS rule_id,
   CAST(unpriced AS BIGNUMERIC) AS unpriced,
-  CAST(od_cost AS BIGNUMERIC) AS od_cost
+  CAST(od_cost AS BIGNUMERIC) AS od_cost,
+  account AS account
 FROM ba_agg
 UNION ALL
 SELECT
@@ -1595,7 +1609,8 @@ SELECT
   CAST(NULL AS DATETIME) AS e,
   CAST(NULL AS STRING) AS rule_id,
   CAST(NULL AS BIGNUMERIC) AS unpriced,
-  CAST(NULL AS BIGNUMERIC) AS od_cost
+  CAST(NULL AS BIGNUMERIC) AS od_cost,
+  CAST(NULL AS STRING) AS account
 FROM ba_spot_hours
 UNION ALL
 SELECT
@@ -1618,7 +1633,8 @@ SELECT
   e AS e,
   CAST(NULL AS STRING) AS rule_id,
   CAST(NULL AS BIGNUMERIC) AS unpriced,
-  CAST(NULL AS BIGNUMERIC) AS od_cost
+  CAST(NULL AS BIGNUMERIC) AS od_cost,
+  account AS account
 FROM ba_spot_res
 UNION ALL
 SELECT
@@ -1641,7 +1657,8 @@ SELECT
   e AS e,
   CAST(NULL AS STRING) AS rule_id,
   CAST(NULL AS BIGNUMERIC) AS unpriced,
-  CAST(NULL AS BIGNUMERIC) AS od_cost
+  CAST(NULL AS BIGNUMERIC) AS od_cost,
+  account AS account
 FROM ba_win
 UNION ALL
 SELECT
@@ -1664,5 +1681,6 @@ SELECT
   CAST(NULL AS DATETIME) AS e,
   rule_id AS rule_id,
   CAST(NULL AS BIGNUMERIC) AS unpriced,
-  CAST(NULL AS BIGNUMERIC) AS od_cost
+  CAST(NULL AS BIGNUMERIC) AS od_cost,
+  CAST(NULL AS STRING) AS account
 FROM fired
