@@ -10,7 +10,6 @@ test is the condition of :func:`billing_audit.report.window_ctes` itself, applie
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +17,7 @@ import duckdb
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.report import CHURN_CTES, store_periods, window_ctes
+from billing_audit.report import CHURN_CTES, PREV_EVENTS, prepare_period, store_periods, window_conditions, window_ctes
 from billing_audit.rollup import (
     KEY_HASH,
     NO_TAG_RUN,
@@ -29,7 +28,6 @@ from billing_audit.rollup import (
     current_groups,
     like_pattern,
     period_bounds,
-    prepare,
     with_ctes,
 )
 from billing_audit.rules import CATEGORIES
@@ -60,15 +58,6 @@ def line_period(store: Store, bps: Any) -> str | None:
     return None
 
 
-def _window_condition(cfg: Config) -> str:
-    """The restart-window test of report.window_ctes (``lk``: a checkpoint group ``ck`` is linked when an
-    interruption ``ev`` passes it), taken from that SQL itself so that explain can never test another one."""
-    m = re.search(r"FROM ck WHERE EXISTS \(\s*SELECT 1 FROM ev WHERE (.*)\)\n\)\s*$", window_ctes(cfg), re.S)
-    if m is None:
-        raise BillingAuditError("internal: the restart-window SQL changed shape; explain cannot read its test")
-    return m.group(1)
-
-
 def explain_line(store: Store, cfg: Config, line: dict[str, Any], hits: list[dict[str, Any]]) -> dict[str, Any]:
     """{"attribution", "category", "window"} for one line (see the module doc); attribution and window are None
     with ``reason`` when the store has no completed tag run of its lines."""
@@ -78,7 +67,8 @@ def explain_line(store: Store, cfg: Config, line: dict[str, Any], hits: list[dic
         return {"attribution": {"job": None, "team": None, "reason": NO_TAG_RUN}, "category": category,
                 "window": None}
     period = line_period(store, line.get("BillingPeriodStart"))
-    prepare(con, cfg, period, "effective")  # ba_attr, ba_agg, ba_win, ba_spot_res: the report's own tables
+    prepare_period(store, cfg, period, "effective")  # ba_attr, ba_agg, ba_win, ba_spot_res, the previous period's
+    # interruptions: the report's own tables
     row = con.execute(f"SELECT {KEY_HASH} FROM line_items l WHERE l.x_LineItemId = ?",
                       [line["x_LineItemId"]]).fetchone()
     assert row is not None
@@ -221,7 +211,7 @@ def _window(con: duckdb.DuckDBPyConnection, cfg: Config, attr: dict[str, Any], l
         out["reason"] = "unlinked checkpoint I/O: the line has no charge period to place in a restart window"
         return out
     key = [attr["job"], attr["team"], attr["provider"], attr["currency"]]
-    cond = _window_condition(cfg)
+    cond, prev = window_conditions(cfg)
     overrides = cfg.window_overrides()
     e_ = cfg.estimates
     periods = overrides.get(attr["job"], e_.restart_window_hourly_periods if (e - s).total_seconds() <= 3600
@@ -232,8 +222,10 @@ WITH {CHURN_CTES},
 {window_ctes(cfg)},
 me AS (SELECT * FROM ck WHERE job = ? AND team = ? AND provider = ? AND currency = ? AND category = ?
        AND s = ? AND e = ?)
-SELECT DISTINCT ev.ts, ev.te FROM me ck JOIN ev ON {cond}
-ORDER BY ev.te, ev.ts""", [*key, category, s, e]).fetchall()
+SELECT DISTINCT ev.ts, ev.te, FALSE AS before FROM me ck JOIN ev ON {cond}
+UNION
+SELECT DISTINCT pv.ts, pv.te, TRUE AS before FROM me ck JOIN {PREV_EVENTS} pv ON {prev}
+ORDER BY 2, 1""", [*key, category, s, e]).fetchall()
     source = con.execute(f"""
 WITH {CHURN_CTES},
 {window_ctes(cfg)}
@@ -249,5 +241,6 @@ SELECT source FROM src WHERE job = ? AND team = ? AND provider = ? AND currency 
         out["reason"] = "unlinked checkpoint I/O: " + why
         return out
     out.update(linked=True, counted_as=linked_as,
-               interruptions=[{"start": ts, "end": te, "source": out["source"]} for ts, te in rows])
+               interruptions=[{"start": ts, "end": te, "source": out["source"], "previous_period": before}
+                              for ts, te, before in rows])
     return out

@@ -125,13 +125,11 @@ ROW_KEY = "job, team, provider, currency"
 PREV_EVENTS = "ba_prev_ev"  # the previous billing period's interruptions (job row, ts, te), see _carry
 
 
-def window_ctes(cfg: Config) -> str:
-    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
-    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
-    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
-    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
-    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
-    line's period is the interruption's or one of the N after it)."""
+def window_conditions(cfg: Config) -> tuple[str, str]:
+    """The restart-window test of a checkpoint group ``ck`` (charge period [s, e), length L): linked by an
+    interruption ``ev`` of the same job row whose charge period [ts, te) overlaps [s - N x L, e), and by one of
+    the previous billing period's (``pv``, PREV_EVENTS: same job, provider and currency; the team too for the
+    unattributed row).  One definition, used by :func:`window_ctes` and by ``explain``."""
     e = cfg.estimates
     overrides = cfg.window_overrides()
     default = (f"CASE WHEN ck.e - ck.s <= INTERVAL 1 HOUR THEN {int(e.restart_window_hourly_periods)} "
@@ -139,9 +137,22 @@ def window_ctes(cfg: Config) -> str:
     n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
                  + f" ELSE {default} END") if overrides else default
     same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
-    # the previous billing period's interruptions (PREV_EVENTS: for linking only, counted in their own period)
+    this = (f"{same} AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) "
+            "AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s))")
     prev = (f"pv.job = ck.job AND pv.provider = ck.provider AND pv.currency = ck.currency "
-            f"AND (pv.team = ck.team OR ck.job <> '{UNATTRIBUTED}')")
+            f"AND (pv.team = ck.team OR ck.job <> '{UNATTRIBUTED}') "
+            f"AND ck.s < pv.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(pv.ts, pv.te - (ck.e - ck.s))")
+    return this, prev
+
+
+def window_ctes(cfg: Config) -> str:
+    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
+    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
+    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
+    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
+    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
+    line's period is the interruption's or one of the N after it)."""
+    this, prev = window_conditions(cfg)
     return f"""src AS (
   SELECT {ROW_KEY},
     CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
@@ -165,12 +176,8 @@ ck AS (
 ),
 lk AS (
   SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost, ck.account
-  FROM ck WHERE EXISTS (
-    SELECT 1 FROM ev WHERE {same}
-      AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s)))
-  OR EXISTS (
-    SELECT 1 FROM {PREV_EVENTS} pv WHERE {prev}
-      AND ck.s < pv.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(pv.ts, pv.te - (ck.e - ck.s)))
+  FROM ck WHERE EXISTS (SELECT 1 FROM ev WHERE {this})
+  OR EXISTS (SELECT 1 FROM {PREV_EVENTS} pv WHERE {prev})
 )"""
 
 
@@ -187,6 +194,18 @@ def _carry(con: duckdb.DuckDBPyConnection, cfg: Config) -> None:
                 "SELECT job, team, provider, currency, ts, te FROM ev")
     con.execute(f"DROP TABLE IF EXISTS {PREV_EVENTS}")
     con.execute(f"ALTER TABLE ba_next_ev RENAME TO {PREV_EVENTS}")
+
+
+def prepare_period(store: Store, cfg: Config, period: str | None, basis: str) -> None:
+    """The aggregates of `period` on the store's connection (rollup.prepare), with PREV_EVENTS set to the
+    previous billing period's interruptions when the store holds that period (else empty): what a report of
+    one period computes, and what ``explain`` places a line with."""
+    con = store.con
+    _no_prev(con)
+    if period is not None and previous_period(period) in store_periods(store):
+        prepare(con, cfg, previous_period(period), basis)  # its interruptions, to link this period's traffic with
+        _carry(con, cfg)
+    prepare(con, cfg, period, basis)
 
 
 def previous_period(period: str) -> str:
@@ -516,10 +535,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
             daily += _daily_rows(con, cfg)
             _carry(con, cfg)
         return _combine(jobs, cfg), daily, _rules_fired(store, None), _combine_accounts(accounts)
-    if period is not None and previous_period(period) in store_periods(store):
-        prepare(con, cfg, previous_period(period), basis)  # its interruptions, to link this period's traffic with
-        _carry(con, cfg)
-    prepare(con, cfg, period, basis)
+    prepare_period(store, cfg, period, basis)
     one = _job_rows(con, cfg)
     return one, _daily_rows(con, cfg), _rules_fired(store, period), _account_rows(con, cfg, one)
 

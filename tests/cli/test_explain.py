@@ -180,7 +180,7 @@ def test_a_reread_inside_a_restart_window(windows: tuple[Path, str]) -> None:
     w = doc["window"]
     assert (w["linked"], w["counted_as"], w["periods"], w["source"]) == (True, "storage_reread_cost", 3, "fee_lines")
     assert w["interruptions"] == [{"start": "2026-12-01T03:00:00", "end": "2026-12-01T04:00:00",
-                                   "source": "fee_lines"}]
+                                   "source": "fee_lines", "previous_period": False}]
     out = _text(f"{prefix}-13", "--db", str(db))
     assert "category           storage_reread (the first in precedence order among its hits)" in out
     assert ("restart window     yes: interruption overhead (storage_reread_cost); the window (3 periods after the "

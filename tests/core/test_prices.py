@@ -151,7 +151,7 @@ def test_report_table_and_markdown_say_n_a(tagged: Path) -> None:
     header = next(line for line in r.stdout.splitlines() if "gross savings" in line)
     names = [c.strip() for c in header.split("┃")]
     shown = dict(zip(names, cells, strict=True))
-    assert (shown["gross savings"], shown["net savings"], shown["eroded %"]) == ("n/a", "n/a", "n/a")
+    assert (shown["gross savings"], shown["net savings"], shown["erosion %"]) == ("n/a", "n/a", "n/a")
     assert "warning: savings measured for 73% of USD spot cost; 27% unpriced" in r.stderr
     r = _cli("report", "--db", str(tagged), "--format", "markdown")
     row = next(line for line in r.stdout.splitlines() if line.startswith("| bert-2018"))

@@ -209,3 +209,19 @@ def test_rows_by_account_tie_to_the_team_rows_on_another_cost_basis(store_path: 
         for c in ("spot_compute_cost", "gross_spot_savings", "net_spot_savings", "hidden_overhead_total", "total_cost"):
             got = [r[c] for r in parts if r[c] is not None]
             assert (sum(got, D(0)) if got else None) == t[c], (t["period"], t["team"], c)
+
+
+def test_explain_places_februarys_first_gets_in_januarys_restart_window(store_path: Path) -> None:
+    """explain says what the report counts: mu's GETs of 0.50 at Feb 1 00:00 are linked by the restart of Jan 31
+    23:00 (the previous period's interruption), the GETs of 0.90 at 03:00 are unlinked checkpoint I/O."""
+    from billing_audit import app
+
+    with billing_audit.open(store_path, read_only=True) as store:
+        ids = dict(store.con.execute(
+            "SELECT strftime(ChargePeriodStart, '%H'), x_LineItemId FROM line_items WHERE Tags['training_job'] = 'mu' "
+            "AND ChargePeriodStart >= TIMESTAMP '2027-02-01' AND x_UsageType LIKE '%Requests%'").fetchall())
+    first = app.explain(store_path, ids["00"]).window
+    assert first is not None and (first["linked"], first["counted_as"]) == (True, "storage_reread_cost")
+    assert [(str(i["end"]), i["previous_period"]) for i in first["interruptions"]] == [("2027-02-01 00:00:00", True)]
+    late = app.explain(store_path, ids["03"]).window
+    assert late is not None and (late["linked"], late["counted_as"]) == (False, "checkpoint_io_unlinked")
