@@ -144,7 +144,7 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_closed_pipe_exits_0_quietly(big_store: Path, args: list[str]) -> None:
     full = run(*args, "--db", str(big_store))
     assert full.returncode == 0, full.stderr
-    assert len(full.stdout.encode()) > 256 * 1024  # well beyond a pipe's buffer
+    assert len(full.stdout.encode()) > 128 * 1024  # well beyond a pipe's buffer (64 KiB on Linux)
     p = subprocess.Popen([*CLI, *args, "--db", str(big_store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.readline()
