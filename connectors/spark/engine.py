@@ -48,6 +48,13 @@ def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("BILLING_AUDIT_SPARK_DRIVER_MEMORY", "2g"))
+        # the status store keeps every SQL execution with its plan, UI or not: the audit's plans are large and a
+        # long-lived session (a notebook, a test run) runs many, so keep only the last few
+        .config("spark.sql.ui.retainedExecutions", "4")
+        .config("spark.ui.retainedJobs", "16")
+        .config("spark.ui.retainedStages", "16")
+        .config("spark.ui.retainedTasks", "2000")
+        .config("spark.sql.maxPlanStringLength", "65536")
     )
 
 
@@ -109,6 +116,9 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
     finally:
         for step in cached:
             step.unpersist(blocking=True)
+        for name, _ in steps[:-1]:  # the session outlives the run: leave no views (they hold the plans)
+            spark.catalog.dropTempView(name)
+        spark.catalog.dropTempView("line_items")
     return [tuple(r) for r in rows]
 
 
