@@ -24,8 +24,10 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from http_peer import LocalServer
 
 
 @dataclass
@@ -63,15 +65,11 @@ class AthenaPeer:
             pass
 
         Handler.peer = peer
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.http = LocalServer(Handler)
+        self.url = self.http.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
     def requests(self, op: str) -> list[dict[str, Any]]:
         with self.lock:

@@ -17,13 +17,14 @@ import http.client
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import boto3
 from botocore.config import Config
+from http_peer import LocalServer
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
@@ -81,15 +82,11 @@ class AwsPeer:
             pass
 
         Handler.peer = peer
-        self.front = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.front.daemon_threads = True
-        self.thread = threading.Thread(target=self.front.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.front.server_address[1]}"
+        self.front = LocalServer(Handler)
+        self.url = self.front.url
 
     def stop(self) -> None:
-        self.front.shutdown()
-        self.front.server_close()
+        self.front.stop()
         self.moto.stop()
 
     # -- helpers for the tests --------------------------------------------------------------------

@@ -23,11 +23,12 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from http_peer import LocalServer
 
 DUMMY = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 TARGET = "AWSPriceListService.GetProducts"
@@ -65,15 +66,11 @@ class PricingPeer:
             pass
 
         Handler.peer = peer
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.http = LocalServer(Handler)
+        self.url = self.http.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
     def reset(self) -> None:
         with self.state.lock:

@@ -23,10 +23,12 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from http_peer import LocalServer
 
 from support import ROOT
 
@@ -331,21 +333,18 @@ class ArmFake:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(self.cert, key)
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = LocalServer(Handler, tls=ctx)
+        self.port = self.http.port
         return self
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return self.http.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
     def _export(self, name: str, runs: bool = False, last_only: bool = False) -> dict[str, Any]:
         body = json.loads(json.dumps(self.exports[name]))

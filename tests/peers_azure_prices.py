@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from http_peer import LocalServer
 
 _CLAUSE = re.compile(r"^\s*([A-Za-z]+)\s+eq\s+'((?:[^']|'')*)'\s*$")
 
@@ -103,13 +104,10 @@ def serve(peer: RetailPricesPeer) -> Iterator[RetailPricesPeer]:
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    peer.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = LocalServer(Handler)
+    peer.url = server.url
     try:
         yield peer
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        server.stop()
+        server.thread.join()

@@ -30,10 +30,12 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from http_peer import LocalServer
 
 
 def _f(name: str, typ: str, mode: str = "NULLABLE", fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -260,21 +262,15 @@ class FakeBigQuery:
         self.token = token
         self.bytes_per_row = 1000
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._http = LocalServer(self._handler(), start=False)
+        self.url = self._http.url
 
     def start(self) -> FakeBigQuery:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def add_table(self, t: FakeTable) -> FakeTable:
         self.tables[(t.project, t.dataset, t.table)] = t

@@ -18,9 +18,11 @@ import re
 import threading
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from http_peer import LocalServer
 
 
 @dataclass
@@ -61,21 +63,15 @@ class FakeCatalog:
         self.api_key: str | None = None
         self.token: str | None = None
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._http = LocalServer(self._handler(), start=False)
+        self.url = self._http.url
 
     def start(self) -> FakeCatalog:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def pages(self) -> list[Request]:
         return [r for r in self.log if r.path.endswith("/skus")]
