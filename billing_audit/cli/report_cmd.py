@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import Bars, live, print_ingest, print_report, print_run, say
+from billing_audit.cli.console import Bars, live, note, print_ingest, print_report, print_run, say
 from billing_audit.cli.ingest_cmd import follow_outside_option
 from billing_audit.cli.options import (
     basis_option,
@@ -134,7 +134,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
     text = app.render_report(result.report, fmt, result.as_of)
     if out_file:
         app.write_text(out_file, text)
-        say(f"wrote {out_file}")
+        note(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)  # each format is inert already (billing_audit.inert)
     _fail(result.report, fail_on)
@@ -173,7 +173,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
         click.echo(app.export_text(df, fmt), nl=False)
         return
     df = app.export(db, out_file, by, fmt, config_path, period, cost_basis)
-    say(f"wrote {out_file} ({df.height} rows)")
+    note(f"wrote {out_file} ({df.height} rows)")
 
 
 @click.command()
@@ -221,7 +221,10 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
         print_run(result.engine_run)
     if not quiet:
         _print_table(db, config_path, period, cost_basis, result, by, top, all_rows)
-    say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
+    else:  # no table, but the warnings still
+        for w in result.report.warnings:
+            say(f"warning: {w}")
+    note(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
     if result.ingest.failed:
         sys.exit(2)
     _fail(result.report, fail_on)
