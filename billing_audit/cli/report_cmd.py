@@ -34,8 +34,9 @@ fail_on_option = click.option(
 table_options = [
     click.option("--by", "by", type=click.Choice(["job", "team", "provider", "account"]), default="job",
                  show_default=True,
-                 help="Table rows: per job, per team (the report's team rows), or the job rows summed per "
-                      "provider or billing account, each per currency."),
+                 help="Table rows: per job, per team (the report's team rows), the job rows summed per "
+                      "provider, or split by billing account as export --by team,provider,account has them and "
+                      "summed per account; each per currency."),
     click.option("--top", "top", type=click.IntRange(min=1), default=15, show_default=True,
                  help="Table: the N rows with the biggest overhead (rows with no overhead and no spot cost "
                       "are left out; the line below the table says how many)."),
@@ -113,6 +114,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --period 2026-10
       billing-audit report --by team --top 5
       billing-audit report --by provider --all
+      billing-audit report --by account --period 2026-10
       billing-audit report --format json --out report.json
       billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
