@@ -37,7 +37,9 @@ MARKDOWN_COLUMNS = [
 
 def report_json(report: Report) -> str:
     """The report as JSON: values exact (it is data), control characters as \\u escapes (never raw)."""
-    return json_inert(json.dumps(report.to_dict(), indent=2, ensure_ascii=False)) + "\n"
+    from billing_audit.jsonout import dumps
+
+    return dumps(report.to_dict()) + "\n"
 
 
 def _fmt(v: Any, key: str) -> str:
@@ -169,12 +171,13 @@ def export_totals(df: pl.DataFrame, store_totals: dict[tuple[str, str], Decimal]
 
 
 def export_text(df: pl.DataFrame, fmt: str) -> str:
-    """The finance file as text: csv (the one CSV writer) or json (amounts to 4 places)."""
+    """The finance file as text: csv (the one CSV writer) or json (a list of rows; money as exact decimal
+    strings and counts as integers, as in every JSON document: :mod:`billing_audit.jsonout`)."""
     if fmt == "csv":
         return inert.csv_text(df)
-    rows = [{k: (float(v.quantize(Decimal("0.0001"))) if isinstance(v, Decimal) else v) for k, v in r.items()}
-            for r in df.iter_rows(named=True)]
-    return json_inert(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n"
+    from billing_audit.report import json_records
+
+    return json_inert(json.dumps(json_records(df), indent=2, ensure_ascii=False)) + "\n"
 
 
 def write_export(df: pl.DataFrame, fmt: str, path: Path) -> None:

@@ -26,7 +26,7 @@ Definitions (the README repeats them):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -83,31 +83,44 @@ class Report:
     files: pl.DataFrame | None = None
     accounts: pl.DataFrame | None = None  # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
 
+    engine: str = "duckdb"  # what computed the aggregates (an engine run's engine, else the local store)
+
     def to_dict(self) -> dict[str, Any]:
-        """The stable JSON shape: money rounded to 4 decimals, as numbers."""
-        return {
-            "period": self.period,
-            "cost_basis": self.cost_basis,
-            "jobs": _records(self.jobs),
-            "teams": _records(self.teams),
-            "daily": _records(self.daily),
-            "totals": _records(self.totals),
-            "warnings": list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
-        }
+        """The JSON document (:mod:`billing_audit.jsonout`): the envelope (``kind: "report"``, ``filters``: the
+        period asked for or null, the cost basis, the engine), then the rows.  Money is an exact decimal string
+        (``jsonout.money``), counts are integers (``interruptions``, ``lines``, ``jobs``), percentages and hours
+        numbers, n/a null (the row's ``reasons`` say why a saving is not measured)."""
+        from billing_audit.jsonout import envelope
+
+        filters = {"period": None if self.period == "all" else self.period, "cost_basis": self.cost_basis,
+                   "engine": self.engine}
+        return envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
+                        warnings=list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
+                        totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
+                        daily=json_records(self.daily))
 
 
-def _round(v: Any) -> Any:
+COUNT_FIELDS = {"interruptions", "lines", "jobs", "fee_count", "signal_count", "churn_count"}
+RATIO_PLACES = 4  # percentages and hours: numbers, to 4 decimals (money is never rounded)
+
+
+def _value(key: str, v: Any) -> Any:
+    """One field as the JSON has it: money an exact decimal string, a count an integer (a restart fee quantity
+    that is not whole stays exact, as a decimal string), a percentage or hours a number, dates ISO 8601."""
+    from billing_audit.jsonout import money, plain
+
     if isinstance(v, Decimal):
-        return float(v.quantize(Decimal("0.0001"), rounding=ROUND_HALF_EVEN))
+        if key in COUNT_FIELDS:
+            return int(v) if v == v.to_integral_value() else format(v.normalize(), "f")
+        return money(v)
     if isinstance(v, float):
-        return round(v, 4)
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return v
+        return round(v, RATIO_PLACES)
+    return plain(v)
 
 
-def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return [{k: _round(v) for k, v in row.items()} for row in df.iter_rows(named=True)]
+def json_records(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """A frame of report rows (jobs, teams, totals, daily, finance rows) as JSON objects (:func:`_value`)."""
+    return [{k: _value(k, v) for k, v in row.items()} for row in df.iter_rows(named=True)]
 
 
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
@@ -470,7 +483,18 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
+    rep.engine = _engine_name(store, engine_run)
     return rep
+
+
+def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:
+    """The engine whose run the report is computed from (the JSON's ``filters.engine``); duckdb: the local store."""
+    if engine_run is None:
+        return "duckdb"
+    run = next(iter(engine_run.values()), None) if isinstance(engine_run, dict) else engine_run
+    found = store.con.execute("SELECT engine FROM engine_runs WHERE run_id = ?", [int(run)]).fetchone() \
+        if run is not None else None
+    return str(found[0]) if found else "duckdb"
 
 
 Computed = tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame, list[dict[str, Any]]]

@@ -4,13 +4,15 @@ Rows (``--by job``, the default): the jobs with overhead or spot cost, biggest o
 ``--top N`` of them (``--all``: every row), then one ``(unattributed)`` row per currency (the report's
 unattributed rows summed over their teams and providers) with a note pointing at the resource map.  A
 line below the table says how many rows were left out and how to see them.  ``--by team`` shows the
-report's team rows; ``--by provider`` and ``--by account`` sum the job rows per provider (or billing
-account) and currency.  Rows of several periods get a period column.
+report's team rows; ``--by provider`` sums the job rows per provider and currency, ``--by account`` the job
+rows split by billing account (``Report.accounts``, the rows of ``export --by team,provider,account``) per
+provider, billing account and currency.  Rows of several periods get a period column.
 
 Width: money is never cut.  The table is measured at the terminal width (``COLUMNS`` when set) and the
 low-priority columns go first, in this fixed order (:data:`DROP_ORDER`): interruption source, unlinked
 checkpoint I/O, gross savings, recommendation, interruptions, net savings, provider, team, restart fees,
-erosion.  If the table is still too wide, each row becomes a block of ``label: value`` lines with every figure
+erosion; but a provider or team column that tells two shown rows apart (the same job on two providers or
+teams) stays.  If the table is still too wide, each row becomes a block of ``label: value`` lines with every figure
 (stacked layout).
 """
 
@@ -56,6 +58,8 @@ COLUMNS: dict[str, str] = {
 # the first to go when the table is too wide, in this order
 DROP_ORDER = ["interruptions_source", "checkpoint_io_unlinked", "gross_spot_savings", "recommendation",
               "interruptions", "net_spot_savings", "provider", "team", "restart_fees", "savings_eroded_pct"]
+# what a row is (the keys of the rows of every --by): a key column telling two shown rows apart is never dropped
+ROW_KEYS = ("period", "job", "team", "provider", "billing_account", "currency")
 TEXT_KEYS = {"period", "job", "team", "provider", "billing_account", "currency", "interruptions_source",
              "recommendation"}
 TOTAL_COLUMNS: dict[str, str] = {
@@ -125,8 +129,12 @@ def _sum_rows(rows: list[dict[str, Any]], keys: dict[str, Any]) -> dict[str, Any
             continue
         measured = [Decimal(str(v)) for v in vals if v is not None]
         out[c] = sum(measured, Decimal(0)) if measured else None
-    gross, over = out.get("gross_spot_savings"), out.get("hidden_overhead_total")
-    out["savings_eroded_pct"] = (over / gross * 100) if gross is not None and over is not None and gross > 0 else None
+    # erosion as the report's teams and totals work it out: the overhead of the rows whose savings are measured,
+    # over those savings (a row without measured savings erodes nothing measured)
+    gross = out.get("gross_spot_savings")
+    over = sum((_num(r.get("hidden_overhead_total")) for r in rows if r.get("gross_spot_savings") is not None),
+               Decimal(0))
+    out["savings_eroded_pct"] = (over / gross * 100) if gross is not None and gross > 0 else None
     out["interruptions_source"] = "none"
     return out
 
@@ -140,17 +148,19 @@ def _group(rows: list[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, An
 
 def _base_rows(reports: Sequence[Report], by: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    if by == "account":  # the job rows split by billing account, as export --by team,provider,account has them
+        for rep in reports:
+            if rep.accounts is None:
+                raise BillingAuditError("--by account: this report has no rows by billing account")
+            for r in rep.accounts.iter_rows(named=True):
+                rows.append({**r, "billing_account": r["account"], "period": rep.period})
+        return _group(rows, ["period", "provider", "billing_account", "currency"])
     for rep in reports:
         src = rep.teams if by == "team" else rep.jobs
         for r in src.iter_rows(named=True):
             rows.append({**r, "period": rep.period})
     if by == "provider":
         return _group(rows, ["period", "provider", "currency"])
-    if by == "account":
-        if not rows or any("billing_account" not in r for r in rows):
-            raise BillingAuditError("--by account needs the billing account on the report's job rows, and this "
-                                    "report has none: use --by provider, or export --by job for the job rows")
-        return _group(rows, ["period", "provider", "billing_account", "currency"])
     return rows
 
 
@@ -181,7 +191,9 @@ def select(reports: Sequence[Report], by: str = "job", top: int | None = DEFAULT
     unattr_keys = ["job", "team"] if by == "job" else ["team"]
     for (period, cur), grp in per_cur.items():
         summed = _sum_rows(grp, {"period": period, "currency": cur, **dict.fromkeys(unattr_keys, UNATTRIBUTED)})
-        summed["provider"] = ", ".join(sorted({str(r.get("provider")) for r in grp if r.get("provider")}))
+        provs = sorted({str(r.get("provider")) for r in grp if r.get("provider")})
+        summed["_providers"] = ", ".join(provs)  # named in the note below the table; the cell counts them
+        summed["provider"] = provs[0] if len(provs) == 1 else f"{len(provs)} providers"
         summed["recommendation"] = "attribute"
         summed["_rows"] = len(grp)
         sel.unattributed.append(summed)
@@ -242,13 +254,23 @@ def _fit(title: str, headers: dict[str, str], cols: list[str], drop: list[str], 
     for c in drop:
         if _width(table) <= width:
             return table, dropped
-        if c in cols:
+        if c in cols and not _tells_apart(c, cols, rows):
             cols.remove(c)
             dropped.append(headers[c])
             table = _table(title, headers, cols, rows)
     if _width(table) <= width:
         return table, dropped
     return _stacked(title, headers, every, rows), []  # a block per row has room for every figure
+
+
+def _tells_apart(c: str, cols: list[str], rows: list[dict[str, Any]]) -> bool:
+    """Whether column `c` is what tells two of the shown rows apart (the same job on two providers or teams):
+    such a column stays, whatever the width; the table stacks rather than show two rows alike."""
+    if c not in ROW_KEYS:
+        return False
+    keys = [k for k in cols if k in ROW_KEYS]
+    rest = [k for k in keys if k != c]
+    return len({tuple(r.get(k) for k in rest) for r in rows}) < len({tuple(r.get(k) for k in keys) for r in rows})
 
 
 def _stacked(title: str, headers: dict[str, str], cols: list[str], rows: list[dict[str, Any]]) -> RenderableType:
@@ -299,7 +321,7 @@ def render(reports: Sequence[Report], by: str = "job", top: int | None = DEFAULT
     for u in sel.unattributed:
         cost = totals.get((u["period"], u["currency"]), {}).get("unattributed_cost")
         where = f" in {u['period']}" if multi else ""
-        rows = f" ({u['_rows']} row(s) summed)" if u.get("_rows", 1) > 1 else ""
+        rows = f" ({u['_rows']} row(s) of {u['_providers']} summed)" if u.get("_rows", 1) > 1 else ""
         notes.append(f"{UNATTRIBUTED} {u['currency']}{where}{rows}: {amount(cost, 'unattributed_cost')} "
                      f"{u['currency']} of cost went to no job; map its resources to jobs and teams in "
                      f"{RESOURCE_MAP_HINT}")

@@ -130,3 +130,11 @@ SAVINGS_KEYS = ("on_demand_equivalent_cost", "gross_spot_savings", "net_spot_sav
 def without_savings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Report rows (jobs, teams or totals) without the spot-savings measures and what depends on them."""
     return [{k: v for k, v in r.items() if k not in SAVINGS_KEYS} for r in rows]
+
+
+def report_body(doc: dict[str, Any]) -> dict[str, Any]:
+    """A report JSON document without what may differ between two computations of the same figures: when it
+    was generated, and which engine computed it (``filters.engine``); every row and value kept."""
+    body = {k: v for k, v in doc.items() if k != "generated_at"}
+    body["filters"] = {k: v for k, v in doc["filters"].items() if k != "engine"}
+    return body

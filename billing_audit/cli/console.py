@@ -110,12 +110,12 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
 
 
 def print_run(run: EngineRun) -> None:
-    """Which engine run a result comes from: reused, or what came back and what it read."""
+    """Which engine run a result comes from: reused, or what came back and what it read (a note: not with -q)."""
     if run.reused:
-        say(f"using {run.engine} run {run.run_id} (same source, period, basis, config and rules)")
+        note(f"using {run.engine} run {run.run_id} (same source, period, basis, config and rules)")
         return
     read = f"; it processed {run.bytes_processed:,} bytes" if run.bytes_processed is not None else ""
-    say(f"{run.engine} run {run.run_id} over {run.source}: {run.rows:,} aggregate rows came back{read}")
+    note(f"{run.engine} run {run.run_id} over {run.source}: {run.rows:,} aggregate rows came back{read}")
 
 
 def table_width() -> int:

@@ -133,10 +133,33 @@ def common_options(command: click.Command) -> click.Command:
                                            callback=_flag(META_QUIET), help=QUIET_HELP))
     elif quiet.callback is None:
         quiet.callback = _flag(META_QUIET)
-    if isinstance(command, click.Group) and not getattr(command, "builds_commands", False):
-        for sub in command.commands.values():
-            common_options(sub)
+    if isinstance(command, click.Group):
+        if not getattr(command, "builds_commands", False):
+            for sub in command.commands.values():
+                common_options(sub)
+    elif "db" not in names and command.callback is not None and not getattr(command.callback, "notes_db", False):
+        command.callback = _noting_unused_db(command.callback)
     return command
+
+
+def _noting_unused_db(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """A command that uses no store, given --db before its name (``billing-audit --db x.duckdb rules list``):
+    says on stderr that the --db is ignored (a note: -q leaves it out), and runs.  Not an error: a wrapper or
+    alias that puts --db before every command keeps working."""
+
+    @functools.wraps(callback)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from billing_audit.cli.console import note
+
+        ctx = click.get_current_context()
+        given = ctx.meta.get(META_DB)
+        if given is not None:
+            path = " ".join(["billing-audit", *ctx.command_path.split()[1:]])
+            note(f"note: --db {given} is ignored: `{path}` uses no store")
+        return callback(*args, **kwargs)
+
+    wrapper.notes_db = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def db_option(f: F) -> F:

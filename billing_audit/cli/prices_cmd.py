@@ -14,13 +14,14 @@ import click
 import polars as pl
 
 from billing_audit import app, registry
-from billing_audit.cli.console import echo, print_frame, say
+from billing_audit.cli.console import echo, note, print_frame, say
 from billing_audit.cli.options import (
     common_options,
     db_option,
     format_option,
     handle_errors,
     model_options,
+    quiet_on,
     wait_option,
 )
 
@@ -28,11 +29,11 @@ from billing_audit.cli.options import (
 def _print_load(load: Any) -> None:
     for e in load.errors:
         say(f"error: {e}")
-    for note in load.notes():
-        say(f"note: {note}")
-    say(load.summary())
+    for told in load.notes():  # what was replaced: always said
+        say(f"note: {told}")
+    (say if load.errors else note)(load.summary())  # as ingest's summary line: left out by -q unless a file failed
     if load.repriced is None and (load.added or load.replaced):
-        say("run `billing-audit tag` to price the spot lines with them")
+        note("run `billing-audit tag` to price the spot lines with them")
 
 
 def _formats() -> str:
@@ -103,13 +104,13 @@ def _build_pull(name: str) -> click.Command:
     @handle_errors
     def command(db: str, wait: float, **values: Any) -> None:
         options = puller.Options(**values)
-        quiet = bool(getattr(options, "quiet", False))
+        quiet = bool(getattr(options, "quiet", False)) or quiet_on()  # -q before or after the name
         result = app.prices_pull(db, name, options, puller=puller, progress=None if quiet else say, wait=wait,
                                  on_wait=say)
         if not result.needs:
-            say(f"nothing to pull: every {name} spot line has an on-demand price from the export or a reference")
+            note(f"nothing to pull: every {name} spot line has an on-demand price from the export or a reference")
             return
-        say(f"{len(result.needs)} on-demand price(s) needed by {sum(n.lines for n in result.needs):,} spot line(s); "
+        note(f"{len(result.needs)} on-demand price(s) needed by {sum(n.lines for n in result.needs):,} spot line(s); "
             f"{len(result.files)} file(s) fetched")
         if result.load is not None:
             _print_load(result.load)

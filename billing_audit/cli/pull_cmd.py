@@ -15,7 +15,7 @@ import click
 
 from billing_audit import app, pulling
 from billing_audit.cli.console import Bars, echo, live, print_ingest
-from billing_audit.cli.options import common_options, db_option, handle_errors, model_options, wait_option
+from billing_audit.cli.options import common_options, db_option, handle_errors, model_options, quiet_on, wait_option
 from billing_audit.errors import BillingAuditError
 
 GROUP_HELP = """Fetch what changed since the last pull from {titles}, then ingest it.
@@ -50,7 +50,7 @@ def build(name: str) -> click.Command:
     @handle_errors
     def command(db: str, wait: float, **values: Any) -> None:
         options = puller.Options(**values)
-        quiet = bool(options.quiet)
+        quiet = bool(options.quiet) or quiet_on()  # -q before or after the name
         show = not quiet and live()
         with Bars() as bars:
             def tell(m: pulling.Message) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from billing_audit import app
-from billing_audit.cli.console import Bars, live, print_ingest, print_report, print_run, say
+from billing_audit.cli.console import Bars, live, note, print_ingest, print_report, print_run, say
 from billing_audit.cli.ingest_cmd import follow_outside_option
 from billing_audit.cli.options import (
     basis_option,
@@ -34,8 +34,9 @@ fail_on_option = click.option(
 table_options = [
     click.option("--by", "by", type=click.Choice(["job", "team", "provider", "account"]), default="job",
                  show_default=True,
-                 help="Table rows: per job, per team (the report's team rows), or the job rows summed per "
-                      "provider or billing account, each per currency."),
+                 help="Table rows: per job, per team (the report's team rows), the job rows summed per "
+                      "provider, or split by billing account as export --by team,provider,account has them and "
+                      "summed per account; each per currency."),
     click.option("--top", "top", type=click.IntRange(min=1), default=15, show_default=True,
                  help="Table: the N rows with the biggest overhead (rows with no overhead and no spot cost "
                       "are left out; the line below the table says how many)."),
@@ -113,6 +114,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --period 2026-10
       billing-audit report --by team --top 5
       billing-audit report --by provider --all
+      billing-audit report --by account --period 2026-10
       billing-audit report --format json --out report.json
       billing-audit report --format csv --out - | head -3
       billing-audit report --format html --out report.html --cost-basis billed
@@ -134,7 +136,7 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
     text = app.render_report(result.report, fmt, result.as_of)
     if out_file:
         app.write_text(out_file, text)
-        say(f"wrote {out_file}")
+        note(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)  # each format is inert already (billing_audit.inert)
     _fail(result.report, fail_on)
@@ -173,7 +175,7 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
         click.echo(app.export_text(df, fmt), nl=False)
         return
     df = app.export(db, out_file, by, fmt, config_path, period, cost_basis)
-    say(f"wrote {out_file} ({df.height} rows)")
+    note(f"wrote {out_file} ({df.height} rows)")
 
 
 @click.command()
@@ -221,7 +223,10 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
         print_run(result.engine_run)
     if not quiet:
         _print_table(db, config_path, period, cost_basis, result, by, top, all_rows)
-    say(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
+    else:  # no table, but the warnings still
+        for w in result.report.warnings:
+            say(f"warning: {w}")
+    note(f"wrote {result.folder}/{', '.join(f.name for f in result.files)}")
     if result.ingest.failed:
         sys.exit(2)
     _fail(result.report, fail_on)

@@ -275,12 +275,16 @@ def test_every_json_document_has_the_envelope(store: Path) -> None:
         "rule": _doc("rules", "show", "BA010"),
         "validate": _doc("validate", str(FIXTURES / "gcp")),
         "explain": _doc("explain", line_id, "--db", str(store)),
+        "report": _doc("report", "--db", str(store), "--period", "2026-10"),
     }
     for kind, doc in docs.items():
         assert doc["kind"] == kind
         assert list(doc)[:3] == ["schema_version", "kind", "generated_at"]
     assert docs["explain"]["filters"] == {"line_item_id": line_id}
     assert isinstance(docs["explain"]["line"]["BilledCost"], str)  # type: ignore[index]
+    assert docs["report"]["filters"] == {"period": "2026-10", "cost_basis": "effective", "engine": "duckdb"}
+    assert all(isinstance(j["hidden_overhead_total"], str) and type(j["interruptions"]) is int
+               for j in docs["report"]["jobs"])  # type: ignore[attr-defined]
 
 
 def test_rules_list_gives_providers_as_a_list(store: Path) -> None:

@@ -115,7 +115,7 @@ def test_ingest_and_audit_recognise_price_files_among_their_paths(tmp_path: Path
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "report.json").read_text())
     jobs = {j["job"]: j for j in doc["jobs"]}
-    assert jobs["detr-2018"]["on_demand_equivalent_cost"] == 61.2 and jobs["detr-2018"]["gross_spot_savings"] == 42.84
+    assert jobs["detr-2018"]["on_demand_equivalent_cost"] == "61.20" and jobs["detr-2018"]["gross_spot_savings"] == "42.84"
     # the n/a shapes: null in JSON, "n/a" in the CSV, never 0 nor a loss
     bert = jobs["bert-2018"]
     assert [bert[f] for f in ("on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings",
@@ -125,7 +125,7 @@ def test_ingest_and_audit_recognise_price_files_among_their_paths(tmp_path: Path
                                            "savings_eroded_pct")] == ["n/a"] * 4
     assert rows["bert-2018"]["spot_unpriced_cost"] == "3.6720"
     usd = doc["totals"][0]
-    assert (usd["spot_cost_priced"], usd["spot_unpriced_cost"], usd["savings_coverage_pct"]) == (20.196, 7.344, 73.3333)
+    assert (usd["spot_cost_priced"], usd["spot_unpriced_cost"], usd["savings_coverage_pct"]) == ("20.196", "7.344", 73.3333)
     # the HTML savings chart draws only the jobs whose savings are measured
     html = (out / "report.html").read_text()
     assert 'data-field="gross_spot_savings">n/a</dd>' in html

@@ -269,14 +269,21 @@ def test_json_shape_is_stable(store_path: Path) -> None:
                                   "--config", str(BUDGETS)])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)  # warnings go to stderr
-    assert list(data) == ["period", "cost_basis", "jobs", "teams", "daily", "totals", "warnings"]
-    assert (data["period"], data["cost_basis"]) == ("2026-11", "effective")
+    assert list(data) == ["schema_version", "kind", "generated_at", "filters", "period", "cost_basis", "warnings",
+                          "totals", "jobs", "teams", "daily"]
+    assert (data["kind"], data["period"], data["cost_basis"]) == ("report", "2026-11", "effective")
+    assert data["filters"] == {"period": "2026-11", "cost_basis": "effective", "engine": "duckdb"}
     for job in data["jobs"]:
         assert set(JOB_FIELDS) <= set(job)
         assert isinstance(job["reasons"], list)
     alpha = next(j for j in data["jobs"] if j["job"] == "alpha" and j["currency"] == "USD")
-    assert alpha["hidden_overhead_total"] == 9.2267 and alpha["restart_idle_cost_estimate"] == 1.6667
-    assert data["jobs"][0]["hidden_overhead_total"] >= data["jobs"][-1]["hidden_overhead_total"]
+    # money exact, as decimal strings: idle 2 x 5/60 h x 10.00 = 1.666666666667 (to 12 places); overhead 0.16 +
+    # 0.40 + 2.00 + recompute 2 x 0.25 h x 10.00 = 5.00 + 1.666666666667 = 9.226666666667; a count an integer
+    assert alpha["hidden_overhead_total"] == "9.226666666667" and alpha["restart_idle_cost_estimate"] == "1.666666666667"
+    assert alpha["interruptions"] == 2 and alpha["restart_fees"] == "0.16" and alpha["gross_spot_savings"] == "88.00"
+    assert alpha["savings_eroded_pct"] == round(9.226666666667 / 88 * 100, 4)  # a percentage: a number, 4 places
+    overheads = [Decimal(j["hidden_overhead_total"]) for j in data["jobs"]]
+    assert overheads == sorted(overheads, reverse=True)
 
 
 def test_export_by_team_csv_opens_in_a_spreadsheet(store_path: Path, tmp_path: Path) -> None:

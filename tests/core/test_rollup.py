@@ -13,7 +13,7 @@ from billing_audit import rollup
 from billing_audit.config import load_config
 from billing_audit.errors import BillingAuditError
 from billing_audit.report import build_report
-from support import FIXTURES
+from support import FIXTURES, report_body
 
 SCENARIOS = FIXTURES / "scenarios"
 CFG = load_config(SCENARIOS / "billing-audit.toml")
@@ -38,8 +38,8 @@ def store_copy(tagged: Path, tmp_path: Path) -> Path:
 def _report(path: Path, period: str | None = "2026-11", basis: str = "effective") -> dict:
     with billing_audit.open(path) as store:
         d = build_report(store, CFG, period, basis).to_dict()
-    d.pop("files", None)
-    return d
+    assert d["kind"] == "report" and d["filters"] == {"period": period, "cost_basis": basis, "engine": "duckdb"}
+    return report_body(d)
 
 
 def test_tag_stores_groups_that_hold_every_line_and_every_cent(tagged: Path) -> None:

@@ -259,6 +259,7 @@ def test_report_engine_athena_on_the_command_line(peers: tuple[AthenaPeer, AwsPe
         "--athena-output", OUTPUT, "--aws-endpoint", peer.url, "--aws-region", REGION, "--format", "json"])
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
+    assert got["filters"] == {"period": PERIOD, "cost_basis": "effective", "engine": "athena"}
     assert got["jobs"] == json.loads(json.dumps(want["jobs"], default=str)) and got["jobs"]
     req = peer.requests("StartQueryExecution")[-1]
     assert req["QueryExecutionContext"] == {"Database": "cur_db"} and req["WorkGroup"] == "audit-wg"

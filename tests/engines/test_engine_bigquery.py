@@ -246,6 +246,7 @@ def test_report_engine_bigquery_on_the_command_line(adc: FakeBigQuery, tmp_path:
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
+    assert got["filters"] == {"period": PERIOD, "cost_basis": "effective", "engine": "bigquery"}
     # the same report, except the GCP spot savings the warehouse cannot measure (no price references nor bill
     # fallback there; the local report prices the A100 spot lines from the bill's on-demand A100): n/a, never 0
     want = json.loads(json.dumps(want, default=str))

@@ -18,7 +18,7 @@ from billing_audit.cli import main
 from billing_audit.config import load_config
 from billing_audit.report import build_report
 from peers_aws import AwsPeer, Fault
-from support import FIXTURES
+from support import FIXTURES, report_body
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def totals(store: Any) -> list[tuple[Any, ...]]:
 
 def report_json(store: Any) -> dict[str, Any]:
     store.tag()
-    return json.loads(json.dumps(build_report(store, load_config(None)).to_dict(), default=str))
+    return json.loads(json.dumps(report_body(build_report(store, load_config(None)).to_dict()), default=str))
 
 
 def period_rows(db: Path) -> dict[str, int]:
