@@ -97,6 +97,10 @@ RULE_TABLES = [
         params VARCHAR,
         hits BIGINT NOT NULL)""",
     "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS lines_sig VARCHAR",  # a signature of the lines it tagged
+    # what else the run's state was computed from (billing_audit.tagging.state_key: rules, parameters, checkpoint
+    # config, code versions; NULL when a rule failed) and the price references it priced with (pricing.prices_key)
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS state_key VARCHAR",
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS prices_key VARCHAR",
 ]
 
 # Each line's category for reports: the first in precedence order among its hits.
