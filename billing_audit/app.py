@@ -313,6 +313,7 @@ class TagResult:
     failed: list[BillingAuditError] = field(default_factory=list)  # user rules that failed: skipped, others stored
     unchanged: bool = False  # local: nothing changed since tag run run_id, so nothing was redone (force: re-tag)
     slices: int = 0  # with unchanged: the slices that run's state covers
+    incremental: str | None = None  # local: what an incremental run redid (None: everything, or nothing)
 
     def unchanged_message(self) -> str:
         from billing_audit.tagging import unchanged_message
@@ -359,7 +360,8 @@ def tag(db: str | Store, rule_dirs: Sequence[str | Path] = (), select: Sequence[
     by_id = {r.id: r for r in chosen}
     rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
     return TagResult(engine, result.run_id, chosen, rows, int(result.hits), scans=result.scans,
-                     failed=list(result.failed), unchanged=result.unchanged, slices=result.slices)
+                     failed=list(result.failed), unchanged=result.unchanged, slices=result.slices,
+                     incremental=result.plan.summary() if result.plan is not None else None)
 
 
 # -- report and export --------------------------------------------------------------------------------------------

@@ -523,10 +523,8 @@ class Store:
                     r.rows = 0
         if kept == 0:
             con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
-        if kept or replaced:  # the report's line groups no longer describe the lines
-            from billing_audit.rollup import drop_groups
-
-            drop_groups(con)
+        # the report's line groups and the search index stay: they no longer match the lines' signature, so nothing
+        # reads them (rollup.current_groups) until the next tag run, which rebuilds only the changed slices' part
         if (replaced or self._removed) and self._has_table("rule_hits"):  # hits of lines that are gone go with them
             con.execute("DELETE FROM rule_hits WHERE x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
         gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"
@@ -661,7 +659,7 @@ class Store:
                 runs = [run_user_rule(str(self.path), r, params, checkpoint, Path(work)) for r in untrusted]
                 box = sandbox(str(self.path))
                 try:
-                    return run_rules(box, trusted, params, checkpoint, runs, sig, key)
+                    return run_rules(box, trusted, params, checkpoint, runs, sig, key, force=force)
                 finally:
                     box.close()
         finally:

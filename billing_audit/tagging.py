@@ -60,6 +60,7 @@ class TagResult:
     bounded: dict[str, RuleRun] = field(default_factory=dict)  # the user rules' bounded runs, by rule id
     unchanged: bool = False  # nothing the run's state is computed from changed: nothing was redone (run_id's state)
     slices: int = 0  # with unchanged: the slices (provider x billing account x billing period) the state covers
+    plan: Any = None  # incremental.Plan when only the changed slices were redone (None: everything was)
 
     @property
     def hits(self) -> int:
@@ -375,12 +376,15 @@ def run_rules(
     user_runs: Sequence[RuleRun] = (),
     expect_sig: str | None = None,
     key: str | None = None,
+    force: bool = False,
 ) -> TagResult:
     """Run the built-in (trusted) rules on a sandboxed connection and record their hits with the hits of the user
     rules' bounded runs (``user_runs``, from :func:`run_user_rule`), replacing those rules' previous hits, in one
     transaction with the tag run's row, the line groups and the search index.  A user rule that failed is reported
     in ``failed`` and skipped.  ``expect_sig``: the lines' signature the user rules ran over.  ``key``: the
-    :func:`state_key` the run records (with the price references it priced with), unless a user rule failed."""
+    :func:`state_key` the run records (with the price references it priced with), unless a user rule failed.
+    With the key of the last run and its state kept, only the slices whose lines changed are redone
+    (:mod:`billing_audit.incremental`); ``force``: everything is."""
     params = params or {}
     untrusted = [r.id for r in rules if not r.builtin]
     if untrusted:
@@ -427,14 +431,36 @@ def run_rules(
                 fused.append((r, *parts))
             else:
                 alone.append(r)
-        if last is not None and last[0] != sig:
-            # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
-            con.execute("DELETE FROM rule_hits")
-        con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
-        bound: dict[str, Any] = {"run_id": run_id}
-        if fused:
+        from billing_audit import incremental
+
+        ckpt = incremental.checkpoint_key(con)
+        # Incremental by slice: the last run's state, kept where the lines did not change (billing_audit.incremental)
+        plan = None if key is None or force else incremental.plan(con, key, ckpt)
+        result.plan = plan
+        # the fused rules whose hits are each line's own: only the changed slices' lines are scanned for them
+        local = [f for f in fused if plan is not None and incremental.line_local(f[0], plan)]
+        local_ids = [f[0].id for f in local]
+        if plan is not None:
+            plan.snapshot(con, local_ids)
+            con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
+            con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id) AND NOT list_contains($local, rule_id)",
+                        {"ids": recorded or [""], "local": local_ids or [""]})
+            if local_ids:
+                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND (x_LineItemId IN "
+                            "(SELECT x_LineItemId FROM ba_dirty_lines) OR x_LineItemId NOT IN "
+                            "(SELECT x_LineItemId FROM line_items))", {"local": local_ids})
+        else:
+            if last is not None and last[0] != sig:
+                # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
+                con.execute("DELETE FROM rule_hits")
+            con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
+        scans = [(local, plan.source if plan else ""), ([f for f in fused if f[0].id not in local_ids], "line_items")]
+        for part, source in scans:
+            if not part:
+                continue
+            bound: dict[str, Any] = {"run_id": run_id}
             cases = []
-            for r, cond, reason in fused:
+            for r, cond, reason in part:
                 bound.update(_bind(r, params))
                 cases.append(
                     f"CASE WHEN ({cond.sql(dialect='duckdb')}) THEN "
@@ -444,7 +470,7 @@ def run_rules(
             sql = (
                 "INSERT INTO rule_hits SELECT x_LineItemId, h.rule_id, h.category, h.reason, $run_id FROM ("
                 f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
-                "FROM line_items)"
+                f"FROM {source})"
             )
             used = {k: v for k, v in bound.items() if f"${k}" in sql}
             try:
@@ -481,21 +507,25 @@ def run_rules(
                 src.close()
             result.scans += 1
         counts = con.execute(
-            "SELECT rule_id, count(*) FROM rule_hits WHERE run_id = ? GROUP BY 1", [run_id]
+            "SELECT rule_id, count(*) FROM rule_hits WHERE list_contains($ids, rule_id) GROUP BY 1",
+            {"ids": recorded or [""]},
         ).fetchall()
         result.hits_by_rule = {rid: 0 for rid in recorded} | {k: int(v) for k, v in counts}
         from billing_audit.pricing import build_spot_od, prices_key
 
         con.execute(
-            "INSERT INTO tag_runs (run_id, started_at, rules, params, hits, lines_sig, state_key, prices_key) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tag_runs (run_id, started_at, rules, params, hits, lines_sig, state_key, prices_key, "
+            "checkpoint_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, datetime.now(UTC).replace(tzinfo=None), recorded,
-             repr(sorted(params.items())), result.hits, sig, None if result.failed else key, prices_key(con)],
+             repr(sorted(params.items())), result.hits, sig, None if result.failed else key, prices_key(con), ckpt],
         )
-
         try:  # each spot line's on-demand equivalent, then the report's line groups from every rule's hits
-            build_spot_od(con, run_id)
-            build_groups(con, run_id)
+            if plan is not None:
+                plan.finish(con, run_id, local_ids)
+            else:
+                build_spot_od(con, run_id)
+                build_groups(con, run_id)
+            incremental.record_slices(con, run_id)
         except duckdb.InterruptException:
             raise BillingAuditError(f"grouping the tagged lines ran longer than {timeout:g} s and was stopped "
                                     "(BILLING_AUDIT_RULE_TIMEOUT)") from None

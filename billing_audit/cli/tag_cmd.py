@@ -65,6 +65,8 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
         print_run(result.engine_run)
     if not quiet:
         _print_table(result, engine)
+        if result.incremental:
+            say(f"incremental: {result.incremental}")
     for e in result.failed:  # always said, and exit 2: the other rules' hits are stored
         say(f"error: rule skipped: {e}")
     if result.failed:
