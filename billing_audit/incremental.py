@@ -9,7 +9,7 @@ parameters, the checkpoint config, the code).  The next run with the same key re
   runs (:func:`billing_audit.tagging._fusable`: by its parsed tree a plain filter over ``line_items``, no join,
   aggregate, window or subquery) decides each line from that line alone.  A fused rule that reads
   ``checkpoint_resources`` (the checkpoint storage the whole store names) is line-local only while that set is
-  the same as the last run's; every other rule (one the fused scan cannot run, every user rule: they run bounded
+  the same as the last run's, and one that reads the clock or a random source never is; every other rule (one the fused scan cannot run, every user rule: they run bounded
   over the whole store) runs over every line, and its hits are replaced whole;
 - **on-demand equivalents** (``spot_od``) for every spot line: a spot line can be priced by on-demand lines of
   other slices (the bill's own prices), so they are computed whole, and compared with the last run's;
@@ -24,6 +24,7 @@ on random sequences of ingests, re-deliveries and rule changes); only the run id
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import duckdb
@@ -96,9 +97,9 @@ class Plan:
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
         """After the hits: spot_od whole, then the groups, keys and search index of the slices that need it."""
         from billing_audit import pricing
+        from billing_audit.errors import BillingAuditError
         from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql
         from billing_audit.search import index_sql
-        from billing_audit.errors import BillingAuditError
 
         pricing.classify(con)
         # lines outside the changed slices whose category, signal or on-demand equivalent moved
@@ -124,7 +125,7 @@ class Plan:
         self.regrouped = int(str(_one(con, "SELECT count(*) FROM ba_gslices")[0]))
         lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_glines AS SELECT * FROM {lines}")
-        con.execute(f"""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
+        con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
             WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
               AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
         ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
@@ -142,7 +143,7 @@ class Plan:
         con.execute("CREATE OR REPLACE TEMP TABLE ba_months AS SELECT DISTINCT p, NULL::VARCHAR AS a, s FROM ba_changed")
         months = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_months', 'l', accounts=False)})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_slines AS SELECT * FROM {months}")
-        con.execute(f"""DELETE FROM search_index USING ba_months m WHERE m.p = search_index.provider
+        con.execute("""DELETE FROM search_index USING ba_months m WHERE m.p = search_index.provider
             AND m.s IS NOT DISTINCT FROM date_trunc('month', search_index.bps + INTERVAL 14 DAY)""")
         (_, texts_sql), (_, index_rows_sql) = index_sql("ba_slines")
         con.execute(f"INSERT INTO search_index {index_rows_sql}")
@@ -199,10 +200,23 @@ def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
     return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where)
 
 
+_VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+_VOLATILE_NAMES = re.compile(r"^(now|today|random|setseed|uuid|gen_random_uuid|uuidv[47]|nextval|currval|"
+                             r"current_\w+|get_current_\w+|transaction_timestamp|epoch_ms_now)$", re.IGNORECASE)
+
+
+def volatile(rule: Rule) -> bool:
+    """The rule reads the clock or a random source: its hits may differ run to run, whatever the line."""
+    if rule.tree is None:
+        return True
+    return any(isinstance(n, _VOLATILE) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
+               for n in rule.tree.walk())
+
+
 def line_local(rule: Rule, p: Plan) -> bool:
-    """A fused rule's hit on a line depends on that line alone; one reading ``checkpoint_resources`` also on what
-    that holds, which must be what it held for the last run."""
-    return p.checkpoint_same or not reads_checkpoint(rule)
+    """A fused rule's hit on a line depends on that line alone (unless it reads the clock or a random source);
+    one reading ``checkpoint_resources`` also on what that holds, which must be what it held for the last run."""
+    return not volatile(rule) and (p.checkpoint_same or not reads_checkpoint(rule))
 
 
 def record_slices(con: duckdb.DuckDBPyConnection, run_id: int) -> None:

@@ -81,12 +81,17 @@ def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[st
     import hashlib
     import json
 
-    import billing_audit
+    from importlib import metadata
+
     from billing_audit import pricing
     from billing_audit.rollup import GROUPS_VERSION
 
+    try:
+        version = metadata.version("billing-audit")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "?"
     doc = {
-        "versions": [billing_audit.__version__, TAG_STATE_VERSION, GROUPS_VERSION],
+        "versions": [version, TAG_STATE_VERSION, GROUPS_VERSION],
         "rules": sorted([r.id, r.category, r.builtin, r.sql, repr(sorted(_bind(r, params).items()))] for r in rules),
         "checkpoint": checkpoint_sql(checkpoint),
         "pricing": pricing.logic_sql(),
