@@ -143,6 +143,9 @@ def bench_n(rows: int, args: argparse.Namespace) -> dict[str, Any]:
         audit_db = scratch / "audit.duckdb"
         rec("audit", [CLI, "audit", str(data), "--db", str(audit_db), "--out", str(scratch / "audit-report"), "--quiet"])
         sizes["store_after_audit"] = store_size(audit_db)
+        # the same exports again, same rules and config: nothing is re-tagged (issue #19: at most a third)
+        rec("audit_unchanged", [CLI, "audit", str(data), "--db", str(audit_db), "--out", str(scratch / "audit-again"),
+                                "--quiet"])
         rec("floor_aggregate", [PY, "-c", FLOOR_AGGREGATE, glob])
         floor_db = scratch / f"floor-{rep}.duckdb"
         rec("floor_copy", [PY, "-c", FLOOR_COPY, glob, str(floor_db)])
@@ -172,8 +175,107 @@ def bench_n(rows: int, args: argparse.Namespace) -> dict[str, Any]:
             "store_after_ingest_over_parquet": round(sizes["store_after_ingest"] / info["parquet_bytes"], 2),
             "reingest_over_ingest": (round(stages["reingest_unchanged"]["median_wall_s"] / stages["ingest"]["median_wall_s"], 3)
                                      if stages["ingest"]["median_wall_s"] else None),
+            "audit_unchanged_over_audit": (round(stages["audit_unchanged"]["median_wall_s"] / audit, 3)
+                                           if audit and stages["audit_unchanged"]["median_wall_s"] else None),
         },
     }
+
+
+# A month of the generated export moved to another month: every timestamp of the bill shifted (the line ids come
+# from the files, so each month's lines are its own).
+SHIFT_MONTH = """
+import duckdb, sys
+src, dst, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+con = duckdb.connect()
+con.execute("SET preserve_insertion_order = false")
+cols = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [src]).fetchall()]
+shifted = {c: f"{c} + INTERVAL {k} MONTH AS {c}" for c in cols if c in (
+    "bill_billing_period_start_date", "bill_billing_period_end_date", "line_item_usage_start_date",
+    "line_item_usage_end_date")}
+shifted["identity_time_interval"] = ("strftime(line_item_usage_start_date + INTERVAL %d MONTH, '%%Y-%%m-%%dT%%H:%%M:%%SZ') || '/' || "
+                                     "strftime(line_item_usage_end_date + INTERVAL %d MONTH, '%%Y-%%m-%%dT%%H:%%M:%%SZ') "
+                                     "AS identity_time_interval") % (k, k)
+sel = ", ".join(shifted.get(c, c) for c in cols)
+con.execute(f"COPY (SELECT {sel} FROM read_parquet(?)) TO '{dst}' (FORMAT parquet, COMPRESSION snappy)", [src])
+"""
+
+
+def _month_folder(root: Path, year: int, month: int) -> Path:
+    folder = root / "cur" / "gpu-estate-cur" / "gpu-estate-cur" / f"year={year}" / f"month={month}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _shifted(src: Path, dst_root: Path, k: int) -> tuple[Path, str]:
+    """The generated October 2026 export (``src``: its month folder) moved ``k`` months (k <= 0); the folder and
+    its billing month."""
+    y, m = divmod(2026 * 12 + 9 + k, 12)
+    folder = _month_folder(dst_root, y, m + 1)
+    for f in folder.glob("*.parquet"):
+        f.unlink()
+    for n, part in enumerate(sorted(src.glob("*.parquet")), start=1):
+        res = run_timed([PY, "-c", SHIFT_MONTH, str(part), str(folder / f"gpu-estate-cur-{n:05d}.snappy.parquet"),
+                         str(k)], timeout=3600)
+        if res["rc"] != 0:
+            raise SystemExit(f"shifting {part} failed: {res.get('stderr')}")
+    return folder, f"{y}-{m + 1:02d}"
+
+
+def bench_refresh(lines: int, months: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The daily refresh: a store of ``months`` months of ``lines`` each (the generated month moved to each), then
+    a re-delivery of the last month (generated again with 5% more lines, as a month-to-date export grows):
+    `audit` of that re-delivery into the full store against an audit of that month alone into an empty store,
+    and `report --period` of a month of the full store."""
+    data, _ = ensure_data(args.workdir, lines, args.seed, args.regenerate)
+    grown, _ = ensure_data(args.workdir, lines + lines // 20, args.seed, args.regenerate)
+    src, src_grown = next(data.rglob("month=10")), next(grown.rglob("month=10"))
+    root = args.workdir / f"refresh-{lines}x{months}"
+    shutil.rmtree(root, ignore_errors=True)
+    exports = root / "exports"
+    folders = [_shifted(src, exports, k) for k in range(-(months - 1), 1)]
+    last, last_month = folders[-1]
+    mid_month = folders[len(folders) // 2][1]
+    runs: dict[str, list[dict[str, Any]]] = {}
+
+    def rec(stage: str, cmd: list[str]) -> dict[str, Any]:
+        r = run_timed(cmd, args.timeout)
+        runs.setdefault(stage, []).append(r)
+        flag = "" if r["rc"] == 0 else f"  FAILED rc={r['rc']}: {r.get('stderr', '')[-300:]}"
+        print(f"  refresh {lines:>11,} x {months} {stage:<22} wall {r['wall_s']:>8.2f} s  cpu {r['cpu_s']} s  "
+              f"rss {r['rss_mib']} MiB{flag}", flush=True)
+        return r
+
+    for rep in range(args.repeat):
+        db = root / f"store-{rep}.duckdb"
+        _shifted(src, exports, 0)  # the last month as first delivered
+        rec("store_audit", [CLI, "audit", str(exports), "--db", str(db), "--out", str(root / "out-store"), "--quiet"])
+        rec("report_period", [CLI, "report", "--db", str(db), "--period", mid_month, "--format", "json",
+                              "--out", str(root / "period.json")])
+        _shifted(src_grown, exports, 0)  # the re-delivery of the last month, in place
+        rec("refresh_audit", [CLI, "audit", str(last), "--db", str(db), "--period", last_month,
+                              "--out", str(root / "out-refresh"), "--quiet"])
+        rec("report_period_after", [CLI, "report", "--db", str(db), "--period", mid_month, "--format", "json",
+                                    "--out", str(root / "period-after.json")])
+        alone = root / f"alone-{rep}.duckdb"
+        rec("month_alone_audit", [CLI, "audit", str(last), "--db", str(alone), "--period", last_month,
+                                  "--out", str(root / "out-alone"), "--quiet"])
+        for p in (db, alone):
+            p.unlink(missing_ok=True)
+            p.with_name(p.name + ".wal").unlink(missing_ok=True)
+    shutil.rmtree(root, ignore_errors=True)
+    stages = {}
+    for stage, rs in runs.items():
+        ok = [r for r in rs if r["rc"] == 0]
+        stages[stage] = {
+            "median_wall_s": round(statistics.median(r["wall_s"] for r in ok), 2) if ok else None,
+            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in ok if r["cpu_s"] is not None), 2) if ok else None,
+            "peak_rss_mib": max((r["rss_mib"] for r in ok if r["rss_mib"] is not None), default=None),
+            "failures": len(rs) - len(ok),
+            "runs": rs,
+        }
+    ref, alone_s = stages["refresh_audit"]["median_wall_s"], stages["month_alone_audit"]["median_wall_s"]
+    return {"lines_per_month": lines, "months": months, "stages": stages,
+            "ratios": {"refresh_over_month_alone": round(ref / alone_s, 3) if ref and alone_s else None}}
 
 
 CORE_STAGES = ("ingest", "reingest_unchanged", "tag", "report", "search", "export", "audit")
@@ -202,6 +304,8 @@ def goals(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("report < 5 s", wall("report"), 5.0, f"s at N={n}"),
         ("export < 5 s", wall("export"), 5.0, f"s at N={n}"),
         ("re-ingest unchanged < 5% of first ingest", (big["ratios"]["reingest_over_ingest"] or 1.0) * 100, 5.0, f"% at N={n}"),
+        ("audit of exports already in the store <= 1/3 of the first audit",
+         big["ratios"].get("audit_unchanged_over_audit") or float("inf"), round(1 / 3, 3), f"x at N={n}"),
     ]
     if big is not small:
         ratio = peak(big) / max(peak(small), 1e-9)
@@ -238,6 +342,26 @@ def print_table(results: list[dict[str, Any]], goal_rows: list[dict[str, Any]]) 
         print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']} {g['unit']} (limit {g['limit']})")
 
 
+def refresh_goals(refresh: dict[str, Any]) -> list[dict[str, Any]]:
+    st = refresh["stages"]
+    n = f"{refresh['months']} x {refresh['lines_per_month']:,} lines"
+    period = max(st[s]["median_wall_s"] or float("inf") for s in ("report_period", "report_period_after"))
+    rows = [("refresh audit <= 1.3x that month alone into an empty store",
+             refresh["ratios"]["refresh_over_month_alone"] or float("inf"), 1.3, f"x at {n}"),
+            ("report --period on the full store < 1 s", period, 1.0, f"s at {n}")]
+    return [{"goal": g, "value": round(v, 3), "limit": lim, "unit": u, "pass": bool(v <= lim if "<=" in g else v < lim)}
+            for g, v, lim, u in rows]
+
+
+def print_refresh(refresh: dict[str, Any], goal_rows: list[dict[str, Any]]) -> None:
+    print()
+    print(f"refresh bench: {refresh['months']} months x {refresh['lines_per_month']:,} lines")
+    for stage, s in refresh["stages"].items():
+        print(f"  {stage:<22} wall {s['median_wall_s']} s  cpu {s['median_cpu_s']} s  rss {s['peak_rss_mib']} MiB")
+    for g in goal_rows:
+        print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']} {g['unit']} (limit {g['limit']})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000], help="line counts N to measure")
@@ -249,15 +373,27 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--regenerate", action="store_true", help="generate the exports again even if present")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one stage may take")
+    ap.add_argument("--refresh-lines", type=int, default=0, metavar="N",
+                    help="also run the refresh bench: a store of --refresh-months months of N lines each, then a "
+                         "re-delivery of the last (issue #19: 1M)")
+    ap.add_argument("--refresh-months", type=int, default=12)
+    ap.add_argument("--only-refresh", action="store_true", help="run the refresh bench only")
     args = ap.parse_args()
-    rows = sorted(set(args.rows + ([30_000_000] if args.big else [])))
+    rows = [] if args.only_refresh else sorted(set(args.rows + ([30_000_000] if args.big else [])))
     args.workdir.mkdir(parents=True, exist_ok=True)
     results = []
     for n in rows:
         print(f"N = {n:,}", flush=True)
         results.append(bench_n(n, args))
-    goal_rows = goals(results)
-    print_table(results, goal_rows)
+    goal_rows = goals(results) if results else []
+    if results:
+        print_table(results, goal_rows)
+    refresh = None
+    if args.refresh_lines:
+        print(f"refresh: {args.refresh_months} months x {args.refresh_lines:,} lines", flush=True)
+        refresh = bench_refresh(args.refresh_lines, args.refresh_months, args)
+        refresh["goals"] = refresh_goals(refresh)
+        print_refresh(refresh, refresh["goals"])
     import duckdb
 
     doc = {
@@ -268,6 +404,7 @@ def main() -> None:
         "search_query": SEARCH_QUERY,
         "results": results,
         "goals": goal_rows,
+        "refresh": refresh,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -100,11 +100,13 @@ class Audit(Store):
     # -- rules --------------------------------------------------------------------------------------------------
     def tag(self, rules: Sequence[Rule] | None = None, params: dict[str, Any] | Sequence[str] | None = None,
             checkpoint: dict[str, Any] | None = None, *, rule_dirs: Sequence[str | Path] = (),
-            select: Sequence[str] = (), exclude: Sequence[str] = (), config: str | None = None) -> Any:
+            select: Sequence[str] = (), exclude: Sequence[str] = (), config: str | None = None,
+            force: bool = False) -> Any:
         """Run the rules and store their hits (`billing-audit tag`): the built-in pack plus ``rule_dirs``,
         narrowed by ``select`` / ``exclude``; ``params`` as NAME=VALUE strings or typed values; the
         checkpoint tags from the config, as the CLI does.  The result has ``hits``, ``hits_by_rule``, ``run_id``,
-        ``scans`` and ``failed`` (user rules that failed and were skipped).
+        ``scans`` and ``failed`` (user rules that failed and were skipped); ``unchanged`` when nothing changed
+        since the last tag run, so nothing was redone (``force`` re-tags all the same).
 
         >>> store.tag(select=["restart_fee"]).hits_by_rule       # doctest: +SKIP
         """
@@ -117,7 +119,7 @@ class Audit(Store):
             from billing_audit.config import load_config
 
             checkpoint = load_config(config).checkpoint_settings()
-        return super().tag(rules, params, checkpoint)
+        return super().tag(rules, params, checkpoint, force=force)
 
     # -- the report ---------------------------------------------------------------------------------------------
     def report(self, period: str | None = None, *, basis: str = "effective", config: str | None = None) -> Report:

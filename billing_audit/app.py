@@ -311,15 +311,25 @@ class TagResult:
     scans: int | None = None  # local: scans of line_items
     engine_run: EngineRun | None = None
     failed: list[BillingAuditError] = field(default_factory=list)  # user rules that failed: skipped, others stored
+    unchanged: bool = False  # local: nothing changed since tag run run_id, so nothing was redone (force: re-tag)
+    slices: int = 0  # with unchanged: the slices that run's state covers
+    incremental: str | None = None  # local: what an incremental run redid (None: everything, or nothing)
+
+    def unchanged_message(self) -> str:
+        from billing_audit.tagging import unchanged_message
+
+        return unchanged_message(self.run_id, self.slices)
 
 
 def tag(db: str | Store, rule_dirs: Sequence[str | Path] = (), select: Sequence[str] = (), exclude: Sequence[str] = (),
         params: Sequence[str] | dict[str, str] = (), config_path: str | None = None, period: str | None = None,
         engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
-        on_wait: Callable[[str], None] | None = None) -> TagResult:
+        on_wait: Callable[[str], None] | None = None, force: bool = False) -> TagResult:
     """Run the rules over the store (hits in rule_hits), or on ``engine`` (hit counts and aggregates come back).
 
-    ``params`` are NAME=VALUE strings (or a dict), converted to the types the rules declare.
+    ``params`` are NAME=VALUE strings (or a dict), converted to the types the rules declare.  Locally, when
+    nothing changed since the last tag run (lines, rules, parameters, checkpoint config, price references) nothing
+    is redone and the result is ``unchanged``; ``force`` re-tags all the same.
     """
     from billing_audit.config import load_config
 
@@ -346,11 +356,12 @@ def tag(db: str | Store, rule_dirs: Sequence[str | Path] = (), select: Sequence[
         return TagResult(engine, run_id, chosen, [(r, counts.get(r.id, 0)) for r in chosen], sum(counts.values()),
                          engine_run=run)
     with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
-        result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings())
+        result = store.tag(chosen, typed, checkpoint=cfg.checkpoint_settings(), force=force)
     by_id = {r.id: r for r in chosen}
     rows = [(by_id[rid], int(n)) for rid, n in result.hits_by_rule.items()]
     return TagResult(engine, result.run_id, chosen, rows, int(result.hits), scans=result.scans,
-                     failed=list(result.failed))
+                     failed=list(result.failed), unchanged=result.unchanged, slices=result.slices,
+                     incremental=result.plan.summary() if result.plan is not None else None)
 
 
 # -- report and export --------------------------------------------------------------------------------------------
@@ -588,17 +599,20 @@ class AuditResult:
     folder: Path
     files: list[Path] = field(default_factory=list)  # what was written, in AUDIT_FILES order
     engine_run: EngineRun | None = None
+    tagged: Any = None  # the tag step's tagging.TagResult (local engine); .unchanged: nothing was redone
 
 
 def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
           on_ingested: Callable[[IngestReport], None] | None = None, *, wait: float | None = None,
-          on_wait: Callable[[str], None] | None = None, follow_outside: bool = False) -> AuditResult:
+          on_wait: Callable[[str], None] | None = None, follow_outside: bool = False,
+          force: bool = False) -> AuditResult:
     """The monthly audit: ingest ``paths``, tag, report, and write report.html, report.json, jobs.csv and
     teams.csv to ``out_dir``.  A file that fails to ingest is in ``result.ingest.errors``; the rest is audited.
     ``on_ingested`` is called with the ingest's report before the tagging starts; ``follow_outside`` as for
-    :func:`ingest`."""
+    :func:`ingest`.  The tag step redoes nothing when nothing changed since the last tag run (``result.tagged``
+    says so) unless ``force``."""
     from billing_audit import inert, outputs
     from billing_audit.config import load_config
     from billing_audit.html import render_html
@@ -613,12 +627,13 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None
+    tagged = None
     with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
         if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
             res = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=False)
             rep, run = res.report, res.engine_run
         else:
-            store.tag(checkpoint=cfg.checkpoint_settings())
+            tagged = store.tag(checkpoint=cfg.checkpoint_settings(), force=force)
             rep = build_report(store, cfg, period, basis)
         as_of = data_as_of(store, period)
     folder = Path(out_dir)
@@ -629,7 +644,7 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
         inert.write_csv(outputs.finance_rows(rep, "job"), f)
     with open(folder / "teams.csv", "w", newline="", encoding="utf-8") as f:
         inert.write_csv(outputs.finance_rows(rep, "team"), f)
-    return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run)
+    return AuditResult(ingested, rep, folder, [folder / n for n in AUDIT_FILES], run, tagged)
 
 
 # -- search -------------------------------------------------------------------------------------------------------

@@ -97,6 +97,21 @@ RULE_TABLES = [
         params VARCHAR,
         hits BIGINT NOT NULL)""",
     "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS lines_sig VARCHAR",  # a signature of the lines it tagged
+    # what else the run's state was computed from (billing_audit.tagging.state_key: rules, parameters, checkpoint
+    # config, code versions; NULL when a rule failed) and the price references it priced with (pricing.prices_key)
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS state_key VARCHAR",
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS prices_key VARCHAR",
+    # what checkpoint_resources held (rules that read it are slice-local only while it stays the same)
+    "ALTER TABLE tag_runs ADD COLUMN IF NOT EXISTS checkpoint_key VARCHAR",
+    # the slices (billing_audit.store's `slices`) the last tag run's state was computed from: what changed since
+    # is what the next run redoes (billing_audit.incremental)
+    """CREATE TABLE IF NOT EXISTS tag_slices (
+        x_Provider VARCHAR NOT NULL,
+        BillingAccountId VARCHAR,
+        BillingPeriodStart TIMESTAMP,
+        ingest_id BIGINT NOT NULL,
+        rows BIGINT NOT NULL,
+        run_id BIGINT NOT NULL)""",
 ]
 
 # Each line's category for reports: the first in precedence order among its hits.

@@ -450,6 +450,21 @@ def build_spot_od(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
     return int(row[0]) if row else 0
 
 
+def logic_sql() -> str:
+    """What the installed connectors price spot lines with (their keys, on-demand tests, export prices), as the SQL
+    :func:`classify` runs: part of what a tag run's state is computed from (:func:`billing_audit.tagging.state_key`)."""
+    return "\n".join((_keys_sql(), _on_demand_case(), _has_prices_part_case(), export_od_case("l")))
+
+
+def prices_key(con: duckdb.DuckDBPyConnection) -> str:
+    """The price references held now, as a fingerprint (count and an order-free hash of every row): a tag run
+    records it, and one with other references is not current (``tag`` redoes it; ``reprice`` updates it)."""
+    if not _has(con, "price_references"):
+        return "0:0"
+    row = con.execute("SELECT count(*), coalesce(sum(hash(r)), 0) FROM price_references r").fetchone()
+    return f"{row[0]}:{row[1]}" if row else "0:0"
+
+
 def has_spot_od(con: duckdb.DuckDBPyConnection) -> bool:
     return _has(con, "spot_od")
 
@@ -466,6 +481,12 @@ def reprice(con: duckdb.DuckDBPyConnection) -> int | None:
     try:
         n = build_spot_od(con, run_id)
         build_groups(con, run_id)
+        # the run's state now follows these references: `tag` need not redo it for them
+        from billing_audit.ddl import RULE_TABLES
+
+        for stmt in RULE_TABLES:  # a store tagged before tag runs recorded their references
+            con.execute(stmt)
+        con.execute("UPDATE tag_runs SET prices_key = ? WHERE run_id = ?", [prices_key(con), run_id])
         con.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(duckdb.Error):

@@ -11,8 +11,9 @@ those combinations, so the work is done in three steps:
    ``line_group_keys``; a second hash over the columns in reverse order proves there is no
    collision (a collision, never seen in practice, stops the report with a message rather than
    merging two keys).  Groups depend only on the lines and the rule hits, not on the config, so
-   ``tag`` builds them once and ``report``/``export`` start from them; ingest drops them when
-   lines change.
+   ``tag`` builds them once and ``report``/``export`` start from them; they are current only while the
+   lines' signature is the last tag run's, and the next tag run rebuilds the changed slices' groups
+   (:mod:`billing_audit.incremental`).
 2. **Attribution** (``ba_attr``), on the distinct keys: the key's job and team tag, else the tag
    most of the resource's lines carry, else the first matching resource-map row, else the account
    map; a job's team is the team most of its lines carry (ties: alphabetical).
@@ -126,14 +127,15 @@ def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     return ",\n       ".join(parts)
 
 
-def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True) -> str:
+def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True, lines: str = "line_items") -> str:
     """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period;
-    the spot lines' on-demand equivalents from ``spot_od`` (else, a store tagged before it: the export's)."""
+    the spot lines' on-demand equivalents from ``spot_od`` (else, a store tagged before it: the export's).
+    ``lines``: the relation of lines grouped (default all; :mod:`billing_audit.incremental`: some slices')."""
     join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId" if spot_od else ""
     return f"""
 SELECT {KEY_HASH} AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
        {measures(("effective", "billed"), "o.od_cost" if spot_od else None)}
-FROM line_items l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId{join}
+FROM {lines} l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId{join}
 GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 
 
@@ -165,6 +167,11 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
         con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
                     f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
     return groups, keys
+
+
+def keys_sql(lines: str = "line_items") -> str:
+    """:data:`KEYS_SQL` over the relation ``lines``."""
+    return KEYS_SQL.replace("FROM line_items l", f"FROM {lines} l")
 
 
 def lines_signature(con: duckdb.DuckDBPyConnection) -> str:
@@ -205,7 +212,8 @@ def completed_tag_run(con: duckdb.DuckDBPyConnection) -> int | None:
 
 
 def drop_groups(con: duckdb.DuckDBPyConnection) -> None:
-    """Lines changed: the groups no longer describe them."""
+    """The groups and the search index, gone (nothing reads them once the lines changed: :func:`current_groups`
+    checks the lines' signature; ingest keeps them so that the next tag run redoes only the changed slices)."""
     for t in ("line_groups", "line_group_keys", "line_groups_meta", "search_index", "search_texts"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
@@ -216,6 +224,8 @@ def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
         "AND table_name IN ('line_groups', 'line_group_keys', 'line_groups_meta', 'tag_runs')").fetchall()}
     if len(have) < 4:
+        return None
+    if completed_tag_run(con) is None:  # the lines changed since (ingest keeps the groups for the next tag run)
         return None
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "

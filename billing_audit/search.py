@@ -167,21 +167,22 @@ def _shown(groups: pl.DataFrame, terms: list[tuple[str, list[str]]]) -> pl.DataF
     )
 
 
-def index_sql() -> list[tuple[str, str]]:
+def index_sql(lines: str = "line_items") -> list[tuple[str, str]]:
     """The search index (built by `tag` with the line groups): each distinct text once, normalised
     (``search_texts``), and the lines summed per text, provider, description, usage type, currency,
-    account, billing period and day (``search_index``): what a grouped search shows, small."""
+    account, billing period and day (``search_index``): what a grouped search shows, small.  ``lines``: the
+    relation of lines indexed (:mod:`billing_audit.incremental` indexes some providers' months)."""
     cols = ", ".join(SEARCH_COLUMNS)
     return [
         ("search_texts", f"""SELECT h, {_norm_sql()} AS norm FROM (
             SELECT hash({cols}) AS h, {", ".join(f"any_value({c}) AS {c}" for c in SEARCH_COLUMNS)}
-            FROM line_items GROUP BY h)"""),
+            FROM {lines} GROUP BY h)"""),
         ("search_index", f"""SELECT hash({cols}) AS h, x_Provider AS provider,
             coalesce(ChargeDescription, x_UsageType) AS description, x_UsageType AS usage_type,
             coalesce(BillingCurrency, '?') AS currency, SubAccountId AS account, BillingPeriodStart AS bps,
             CAST(ChargePeriodStart AS DATE) AS day, count(*) AS n, sum(ConsumedQuantity) AS quantity,
             sum(BilledCost) AS cost
-            FROM line_items GROUP BY ALL"""),
+            FROM {lines} GROUP BY ALL"""),
     ]
 
 

@@ -523,10 +523,8 @@ class Store:
                     r.rows = 0
         if kept == 0:
             con.execute("UPDATE deliveries SET status = 'superseded' WHERE ingest_id = ?", [ingest_id])
-        if kept or replaced:  # the report's line groups no longer describe the lines
-            from billing_audit.rollup import drop_groups
-
-            drop_groups(con)
+        # the report's line groups and the search index stay: they no longer match the lines' signature, so nothing
+        # reads them (rollup.current_groups) until the next tag run, which rebuilds only the changed slices' part
         if (replaced or self._removed) and self._has_table("rule_hits"):  # hits of lines that are gone go with them
             con.execute("DELETE FROM rule_hits WHERE x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
         gone = "NOT EXISTS (SELECT 1 FROM slices s WHERE s.ingest_id = {t}.ingest_id)"
@@ -617,8 +615,14 @@ class Store:
         rules: Sequence[Any] | None = None,
         params: dict[str, Any] | None = None,
         checkpoint: dict[str, Any] | None = None,
+        *,
+        force: bool = False,
     ) -> Any:
         """Run rules (default: the built-in pack) and record their hits in ``rule_hits``, in one transaction.
+
+        Nothing changed since the last tag run (the same lines, rules, parameters, checkpoint config and price
+        references: :func:`billing_audit.tagging.unchanged_run`): nothing is redone, and the result says so
+        (``unchanged``, that run's ``run_id`` and hits); ``force`` re-tags all the same.
 
         Built-in rules run fused on a sandboxed connection (no file or network access); every other rule is
         untrusted and runs first, in its own child process with its memory, time and disk bounded, over a
@@ -630,13 +634,22 @@ class Store:
 
         from billing_audit.rollup import lines_signature
         from billing_audit.rules import load_rules
-        from billing_audit.tagging import run_rules, run_user_rule, sandbox
+        from billing_audit.tagging import TagResult, run_rules, run_user_rule, sandbox, state_key, unchanged_run
 
         chosen = list(rules) if rules is not None else load_rules().rules
         params = {**checkpoint_params(chosen, checkpoint), **(params or {})}
         for name in params:
             if not any(name in r.meta.params for r in chosen):
                 raise BillingAuditError(f"--param {name}: no selected rule has a parameter called {name!r}")
+        key = state_key(chosen, params, checkpoint)
+        done = None if force or self.read_only else unchanged_run(self.con, key)
+        if done is not None:
+            run_id, slices = done
+            ids = [r.id for r in chosen]
+            counts = dict(self.con.execute("SELECT rule_id, count(*) FROM rule_hits WHERE list_contains(?, rule_id) "
+                                           "GROUP BY 1", [ids or [""]]).fetchall())
+            return TagResult(run_id=run_id, rules=ids, hits_by_rule={i: int(counts.get(i, 0)) for i in ids},
+                             unchanged=True, slices=slices)
         trusted = [r for r in chosen if r.builtin]
         untrusted = [r for r in chosen if not r.builtin]
         sig = lines_signature(self.con) if untrusted else None
@@ -646,7 +659,7 @@ class Store:
                 runs = [run_user_rule(str(self.path), r, params, checkpoint, Path(work)) for r in untrusted]
                 box = sandbox(str(self.path))
                 try:
-                    return run_rules(box, trusted, params, checkpoint, runs, sig)
+                    return run_rules(box, trusted, params, checkpoint, runs, sig, key, force=force)
                 finally:
                     box.close()
         finally:

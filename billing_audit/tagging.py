@@ -58,10 +58,78 @@ class TagResult:
     scans: int = 0  # queries over line_items that were run
     failed: list[RuleError] = field(default_factory=list)  # user rules that failed: reported, skipped
     bounded: dict[str, RuleRun] = field(default_factory=dict)  # the user rules' bounded runs, by rule id
+    unchanged: bool = False  # nothing the run's state is computed from changed: nothing was redone (run_id's state)
+    slices: int = 0  # with unchanged: the slices (provider x billing account x billing period) the state covers
+    plan: Any = None  # incremental.Plan when only the changed slices were redone (None: everything was)
 
     @property
     def hits(self) -> int:
         return sum(self.hits_by_rule.values())
+
+
+# Bumped when what a tag run writes changes meaning in a way no version below says (a rule-hit, spot_od, group or
+# search-index rule): a run recorded with another state key is redone.
+TAG_STATE_VERSION = 1
+
+
+def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[str, Any] | None) -> str:
+    """What a tag run's state is computed from besides the lines and the price references: each rule (id,
+    category, trust, SQL) with the parameter values it binds (its defaults, the config's checkpoint keys, --param),
+    the checkpoint config as the SQL of ``checkpoint_resources``, the connectors' pricing SQL and the code's
+    versions.  Line groups and the search index depend on nothing else (the attribution config is read at report
+    time).  A hex digest: equal keys over equal lines and references give equal rule_hits, spot_od, groups, index."""
+    import hashlib
+    import json
+
+    from importlib import metadata
+
+    from billing_audit import pricing
+    from billing_audit.rollup import GROUPS_VERSION
+
+    try:
+        version = metadata.version("billing-audit")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "?"
+    doc = {
+        "versions": [version, TAG_STATE_VERSION, GROUPS_VERSION],
+        "rules": sorted([r.id, r.category, r.builtin, r.sql, repr(sorted(_bind(r, params).items()))] for r in rules),
+        "checkpoint": checkpoint_sql(checkpoint),
+        "pricing": pricing.logic_sql(),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def unchanged_run(con: duckdb.DuckDBPyConnection, key: str) -> tuple[int, int] | None:
+    """(run id, slices) of the latest tag run when redoing it would change nothing: it completed over exactly the
+    lines stored now (:func:`~billing_audit.rollup.completed_tag_run`), with state key ``key`` (a run where a rule
+    failed records none), the price references held now, and its line groups and search index are there and
+    current.  None: a tag run is needed."""
+    from billing_audit.pricing import prices_key
+    from billing_audit.rollup import completed_tag_run, current_groups
+
+    have = {r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = 'tag_runs'").fetchall()}
+    if not {"state_key", "prices_key", "lines_sig"} <= have:
+        return None
+    run_id = completed_tag_run(con)
+    if run_id is None or current_groups(con) is None:
+        return None
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name IN ('search_index', 'search_texts', 'spot_od', 'slices')").fetchall()}
+    if len(tables) < 4:
+        return None
+    row = con.execute("SELECT state_key, prices_key FROM tag_runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None or row[0] != key or row[1] != prices_key(con):
+        return None
+    n = con.execute("SELECT count(*) FROM slices").fetchone()
+    return run_id, int(n[0]) if n else 0
+
+
+def unchanged_message(run_id: int, slices: int) -> str:
+    return (f"tag: nothing changed since tag run {run_id} ({slices:,} slice{'' if slices == 1 else 's'}); "
+            "--force re-tags")
 
 
 def _size(value: str) -> int:
@@ -312,11 +380,16 @@ def run_rules(
     checkpoint: dict[str, Any] | None = None,
     user_runs: Sequence[RuleRun] = (),
     expect_sig: str | None = None,
+    key: str | None = None,
+    force: bool = False,
 ) -> TagResult:
     """Run the built-in (trusted) rules on a sandboxed connection and record their hits with the hits of the user
     rules' bounded runs (``user_runs``, from :func:`run_user_rule`), replacing those rules' previous hits, in one
     transaction with the tag run's row, the line groups and the search index.  A user rule that failed is reported
-    in ``failed`` and skipped.  ``expect_sig``: the lines' signature the user rules ran over."""
+    in ``failed`` and skipped.  ``expect_sig``: the lines' signature the user rules ran over.  ``key``: the
+    :func:`state_key` the run records (with the price references it priced with), unless a user rule failed.
+    With the key of the last run and its state kept, only the slices whose lines changed are redone
+    (:mod:`billing_audit.incremental`); ``force``: everything is."""
     params = params or {}
     untrusted = [r.id for r in rules if not r.builtin]
     if untrusted:
@@ -363,14 +436,36 @@ def run_rules(
                 fused.append((r, *parts))
             else:
                 alone.append(r)
-        if last is not None and last[0] != sig:
-            # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
-            con.execute("DELETE FROM rule_hits")
-        con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
-        bound: dict[str, Any] = {"run_id": run_id}
-        if fused:
+        from billing_audit import incremental
+
+        ckpt = incremental.checkpoint_key(con)
+        # Incremental by slice: the last run's state, kept where the lines did not change (billing_audit.incremental)
+        plan = None if key is None or force else incremental.plan(con, key, ckpt)
+        result.plan = plan
+        # the fused rules whose hits are each line's own: only the changed slices' lines are scanned for them
+        local = [f for f in fused if plan is not None and incremental.line_local(f[0], plan)]
+        local_ids = [f[0].id for f in local]
+        if plan is not None:
+            plan.snapshot(con, local_ids)
+            con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
+            con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id) AND NOT list_contains($local, rule_id)",
+                        {"ids": recorded or [""], "local": local_ids or [""]})
+            if local_ids:
+                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND (x_LineItemId IN "
+                            "(SELECT x_LineItemId FROM ba_dirty_lines) OR x_LineItemId NOT IN "
+                            "(SELECT x_LineItemId FROM line_items))", {"local": local_ids})
+        else:
+            if last is not None and last[0] != sig:
+                # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
+                con.execute("DELETE FROM rule_hits")
+            con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
+        scans = [(local, plan.source if plan else ""), ([f for f in fused if f[0].id not in local_ids], "line_items")]
+        for part, source in scans:
+            if not part:
+                continue
+            bound: dict[str, Any] = {"run_id": run_id}
             cases = []
-            for r, cond, reason in fused:
+            for r, cond, reason in part:
                 bound.update(_bind(r, params))
                 cases.append(
                     f"CASE WHEN ({cond.sql(dialect='duckdb')}) THEN "
@@ -380,7 +475,7 @@ def run_rules(
             sql = (
                 "INSERT INTO rule_hits SELECT x_LineItemId, h.rule_id, h.category, h.reason, $run_id FROM ("
                 f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
-                "FROM line_items)"
+                f"FROM {source})"
             )
             used = {k: v for k, v in bound.items() if f"${k}" in sql}
             try:
@@ -417,19 +512,25 @@ def run_rules(
                 src.close()
             result.scans += 1
         counts = con.execute(
-            "SELECT rule_id, count(*) FROM rule_hits WHERE run_id = ? GROUP BY 1", [run_id]
+            "SELECT rule_id, count(*) FROM rule_hits WHERE list_contains($ids, rule_id) GROUP BY 1",
+            {"ids": recorded or [""]},
         ).fetchall()
         result.hits_by_rule = {rid: 0 for rid in recorded} | {k: int(v) for k, v in counts}
-        con.execute(
-            "INSERT INTO tag_runs (run_id, started_at, rules, params, hits, lines_sig) VALUES (?, ?, ?, ?, ?, ?)",
-            [run_id, datetime.now(UTC).replace(tzinfo=None), recorded,
-             repr(sorted(params.items())), result.hits, sig],
-        )
-        from billing_audit.pricing import build_spot_od
+        from billing_audit.pricing import build_spot_od, prices_key
 
+        con.execute(
+            "INSERT INTO tag_runs (run_id, started_at, rules, params, hits, lines_sig, state_key, prices_key, "
+            "checkpoint_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, datetime.now(UTC).replace(tzinfo=None), recorded,
+             repr(sorted(params.items())), result.hits, sig, None if result.failed else key, prices_key(con), ckpt],
+        )
         try:  # each spot line's on-demand equivalent, then the report's line groups from every rule's hits
-            build_spot_od(con, run_id)
-            build_groups(con, run_id)
+            if plan is not None:
+                plan.finish(con, run_id, local_ids)
+            else:
+                build_spot_od(con, run_id)
+                build_groups(con, run_id)
+            incremental.record_slices(con, run_id)
         except duckdb.InterruptException:
             raise BillingAuditError(f"grouping the tagged lines ran longer than {timeout:g} s and was stopped "
                                     "(BILLING_AUDIT_RULE_TIMEOUT)") from None

@@ -193,10 +193,11 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @wait_option
 @bom_option
 @follow_outside_option
+@click.option("--force", is_flag=True, help="Re-tag even when nothing changed since the last tag run.")
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
           cost_basis: str, fail_on: tuple[str, ...], by: str, top: int, all_rows: bool, quiet: bool, engine_opts: dict[str, Any], wait: float,
-          follow_outside: bool) -> None:
+          follow_outside: bool, force: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -218,7 +219,11 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
 
         result = app.audit(db, paths, out_dir, config_path, period, cost_basis, engine, options,
                            progress=bars.ingest if not quiet and live() else None, on_ingested=ingested,
-                           wait=wait, on_wait=bars.say, follow_outside=follow_outside)
+                           wait=wait, on_wait=bars.say, follow_outside=follow_outside, force=force)
+    if result.tagged is not None and result.tagged.unchanged:
+        from billing_audit.tagging import unchanged_message
+
+        say(unchanged_message(result.tagged.run_id, result.tagged.slices))
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:

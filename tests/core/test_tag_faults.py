@@ -182,3 +182,48 @@ def test_kills_during_the_tag_step_of_audit(big: tuple[Path, Path, tuple[int, st
                              rng.uniform(0.0, 1.5), ready="file(s) ingested")
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
     assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few audits were killed in their tag step: {outcomes}"
+
+
+@pytest.fixture(scope="module")
+def two_months(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, str, str]]:
+    """A store of two generated months (October 2026, and it moved to September) tagged, then October re-delivered
+    with 5% more lines and ingested: (the store, the figures of a full tag of its lines)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_run", Path(__file__).resolve().parents[2] / "bench" / "run.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = tmp_path_factory.mktemp("months")
+    for name, rows in (("gen", 150_000), ("grown", 157_500)):
+        assert _cli("generate", "--provider", "aws", "--rows", str(rows), "--out", str(root / name)).returncode == 0
+    exports = root / "exports"
+    src, grown = next((root / "gen").rglob("month=10")), next((root / "grown").rglob("month=10"))
+    bench._shifted(src, exports, -1)
+    bench._shifted(src, exports, 0)
+    db = root / "store.duckdb"
+    assert _cli("ingest", str(exports), "--db", str(db), "-q").returncode == 0
+    assert _cli("tag", "--db", str(db), "-q").returncode == 0
+    bench._shifted(grown, exports, 0)  # October again, in place: a re-delivery
+    assert _cli("ingest", str(exports), "--db", str(db), "-q").returncode == 0
+    return db, _clean(db, root)
+
+
+@pytest.mark.slow
+def test_kills_during_an_incremental_tag(two_months: tuple[Path, tuple[int, str, str]], tmp_path: Path) -> None:
+    """The run that redoes only October's slice: killed, the store refuses (the lines changed since the last
+    completed run) or gives the figures of a full tag; never a mix of the old and the new state."""
+    db0, clean = two_months
+    p = subprocess.run([*CLI, "tag", "--db", str(shutil.copy(db0, tmp_path / "probe.duckdb"))], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "incremental: 1 of 2 slices changed since tag run 1" in p.stderr, p.stderr
+    rng = random.Random(19)
+    outcomes = []
+    for i in range(4):
+        db = tmp_path / f"i{i}.duckdb"
+        shutil.copy(db0, db)
+        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], rng.uniform(0.8, 2.0))
+        outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
+        assert _cli("tag", "--db", str(db), "-q").returncode == 0
+        assert _figures(db, tmp_path) == clean
+    assert sum(o == "refused" for _, o in outcomes) >= 1, f"no incremental tag run was killed mid-run: {outcomes}"

@@ -1,0 +1,228 @@
+"""Incremental tagging by slice: a tag run redoes only the slices whose lines changed since the last one.
+
+A *slice* is a provider x billing account x billing month (the store's ``slices``: which delivery of which export
+holds how many of its lines).  Each tag run records the slices its state was computed from (``tag_slices``) and
+the key of everything else it was computed from (:func:`billing_audit.tagging.state_key`: the rules, their
+parameters, the checkpoint config, the code).  The next run with the same key redoes:
+
+- **rule hits** of the rules that are *line-local* only for the lines of the changed slices: a rule the fused scan
+  runs (:func:`billing_audit.tagging._fusable`: by its parsed tree a plain filter over ``line_items``, no join,
+  aggregate, window or subquery) decides each line from that line alone.  A fused rule that reads
+  ``checkpoint_resources`` (the checkpoint storage the whole store names) is line-local only while that set is
+  the same as the last run's, and one that reads the clock or a random source never is; every other rule (one the fused scan cannot run, every user rule: they run bounded
+  over the whole store) runs over every line, and its hits are replaced whole;
+- **on-demand equivalents** (``spot_od``) for every spot line: a spot line can be priced by on-demand lines of
+  other slices (the bill's own prices), so they are computed whole, and compared with the last run's;
+- **line groups** for the changed slices and for every slice holding a line whose rule hits (of the rules run
+  whole) or on-demand equivalent changed; the keys table is merged;
+- **the search index** for the changed slices' providers and months (its rows sum lines across accounts).
+
+When every slice changed, the key differs, or the last run's state is not there as it left it, everything is
+rebuilt as a first run would.  The result is the same as a full rebuild's (tests/core/test_incremental.py proves it
+on random sequences of ingests, re-deliveries and rule changes); only the run ids on kept rows are older.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+
+from billing_audit.rules import Rule
+
+PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
+_TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
+           "search_texts", "spot_od")
+
+
+def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
+    """What ``checkpoint_resources`` (made by :func:`billing_audit.tagging.prepare`) holds, as a fingerprint."""
+    row = con.execute("SELECT count(*), coalesce(sum(hash(x_Provider, ResourceId)), 0) FROM checkpoint_resources"
+                      ).fetchone()
+    return f"{row[0]}:{row[1]}" if row else "0:0"
+
+
+def reads_checkpoint(rule: Rule) -> bool:
+    return rule.tree is not None and any(t.name.lower() == "checkpoint_resources" for t in rule.tree.find_all(exp.Table))
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[object, ...]:
+    row = con.execute(sql, params or []).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _where(con: duckdb.DuckDBPyConnection, table: str, t: str, accounts: bool = True) -> str:
+    """The lines (alias ``t``) of the slices in temp table ``table`` (p, a, s; without ``accounts``: of every
+    account of those providers' months).  The slices' deliveries as literals first, so storage prunes by them."""
+    acct = "AND c.a IS NOT DISTINCT FROM s.BillingAccountId " if accounts else ""
+    ids = [int(r[0]) for r in con.execute(
+        f"SELECT DISTINCT s.ingest_id FROM slices s JOIN {table} c ON c.p = s.x_Provider {acct}"
+        "AND c.s IS NOT DISTINCT FROM s.BillingPeriodStart ORDER BY 1").fetchall()]
+    if not ids:
+        return "FALSE"
+    acct = f"AND c.a IS NOT DISTINCT FROM {t}.BillingAccountId " if accounts else ""
+    return (f"{t}.x_IngestId IN ({', '.join(map(str, ids))}) AND EXISTS (SELECT 1 FROM {table} c WHERE "
+            f"c.p = {t}.x_Provider {acct}AND c.s IS NOT DISTINCT FROM {PERIOD.format(t=t)})")
+
+
+@dataclass
+class Plan:
+    """What the run redoes: the slices whose lines changed since run ``last_run``."""
+
+    last_run: int
+    slices: int  # slices in the store now
+    changed: int  # slices whose lines changed (added, replaced, gone)
+    lines: int  # lines in the changed slices now
+    checkpoint_same: bool  # checkpoint_resources holds what it held for the last run
+    where: str  # the changed slices' lines, over alias line_items
+    regrouped: int = 0  # slices whose groups were rebuilt (the changed ones, and those whose hits or prices moved)
+
+    @property
+    def source(self) -> str:
+        return f"(SELECT * FROM line_items WHERE {self.where}) AS line_items"
+
+    def summary(self) -> str:
+        return (f"{self.changed:,} of {self.slices:,} slices changed since tag run {self.last_run} "
+                f"({self.lines:,} lines re-tagged; groups of {self.regrouped:,} slices rebuilt)")
+
+    def snapshot(self, con: duckdb.DuckDBPyConnection, local_ids: list[str]) -> None:
+        """Before the hits change: the hits of the rules run whole, and the on-demand equivalents."""
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_old_hits AS SELECT x_LineItemId, rule_id, category FROM "
+                    "rule_hits WHERE NOT list_contains($l, rule_id)", {"l": local_ids or [""]})
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_old_od AS SELECT x_LineItemId, od_cost FROM spot_od")
+
+    def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
+        """After the hits: spot_od whole, then the groups, keys and search index of the slices that need it."""
+        from billing_audit import pricing
+        from billing_audit.errors import BillingAuditError
+        from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql
+        from billing_audit.search import index_sql
+
+        pricing.classify(con)
+        # lines outside the changed slices whose category, signal or on-demand equivalent moved
+        con.execute("""CREATE OR REPLACE TEMP TABLE ba_touched AS
+            SELECT x_LineItemId FROM ((SELECT x_LineItemId, rule_id, category FROM ba_old_hits
+                                       EXCEPT ALL SELECT x_LineItemId, rule_id, category FROM rule_hits
+                                       WHERE NOT list_contains($l, rule_id))
+                                      UNION ALL
+                                      (SELECT x_LineItemId, rule_id, category FROM rule_hits
+                                       WHERE NOT list_contains($l, rule_id)
+                                       EXCEPT ALL SELECT x_LineItemId, rule_id, category FROM ba_old_hits))
+            UNION SELECT coalesce(o.x_LineItemId, n.x_LineItemId) FROM ba_old_od o
+              FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
+              WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""",
+                    {"l": local_ids or [""]})
+        con.execute("DELETE FROM spot_od")
+        con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_gslices AS SELECT p, a, s FROM ba_changed")
+        if _one(con, "SELECT count(*) FROM ba_touched")[0]:
+            con.execute(f"""INSERT INTO ba_gslices SELECT DISTINCT l.x_Provider, l.BillingAccountId,
+                {PERIOD.format(t="l")} FROM line_items l SEMI JOIN ba_touched t ON t.x_LineItemId = l.x_LineItemId
+                EXCEPT SELECT p, a, s FROM ba_gslices""")
+        self.regrouped = int(str(_one(con, "SELECT count(*) FROM ba_gslices")[0]))
+        lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_glines AS SELECT * FROM {lines}")
+        con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
+            WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
+              AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
+        ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
+        con.execute(f"INSERT INTO line_groups {groups_sql(ranks, spot_od=True, lines='ba_glines')}")
+        cols = "provider, currency, ResourceId, ResourceName, SubAccountId, BillingAccountId, Tags"
+        con.execute(f"""CREATE OR REPLACE TABLE line_group_keys AS
+            SELECT h, {", ".join(f"any_value({c}) AS {c}" for c in cols.split(", "))},
+                   min(h2_lo) AS h2_lo, max(h2_hi) AS h2_hi
+            FROM (SELECT * FROM line_group_keys WHERE h IN (SELECT h FROM line_groups)
+                  UNION ALL {keys_sql('ba_glines')}) GROUP BY h""")
+        if _one(con, "SELECT count(*) FROM line_group_keys WHERE h2_lo <> h2_hi")[0]:
+            raise BillingAuditError("two different attribution keys hashed alike; please report this "
+                                    "(the store is unchanged)")
+        # the search index by provider and month (its rows sum lines across accounts)
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_months AS SELECT DISTINCT p, NULL::VARCHAR AS a, s FROM ba_changed")
+        months = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_months', 'l', accounts=False)})"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_slines AS SELECT * FROM {months}")
+        con.execute("""DELETE FROM search_index USING ba_months m WHERE m.p = search_index.provider
+            AND m.s IS NOT DISTINCT FROM date_trunc('month', search_index.bps + INTERVAL 14 DAY)""")
+        (_, texts_sql), (_, index_rows_sql) = index_sql("ba_slines")
+        con.execute(f"INSERT INTO search_index {index_rows_sql}")
+        con.execute("DELETE FROM search_texts WHERE h NOT IN (SELECT h FROM search_index)")
+        con.execute(f"INSERT INTO search_texts SELECT * FROM ({texts_sql}) WHERE h NOT IN (SELECT h FROM search_texts)")
+        con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
+                    f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
+        for t in ("ba_old_hits", "ba_old_od", "ba_touched", "ba_spot_od", "ba_gslices", "ba_glines", "ba_months",
+                  "ba_slines", "ba_changed", "ba_dirty_lines"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
+    """What to redo, when the last tag run's state (same ``key``) is there as it left it and some slices did not
+    change; None: rebuild everything."""
+    from billing_audit.rollup import GROUPS_VERSION
+
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        f"AND table_name IN ({', '.join(repr(t) for t in _TABLES)})").fetchall()}
+    if len(have) < len(_TABLES):
+        return None
+    last = con.execute("SELECT run_id, state_key, checkpoint_key FROM tag_runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    if last is None or last[1] != key:
+        return None
+    run = int(last[0])
+    meta = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                                      "current_database() AND table_name = 'line_groups_meta'").fetchall()}
+    if not {"run_id", "lines", "version"} <= meta:
+        return None
+    m_run, m_lines, m_version = _one(con, "SELECT max(run_id), max(lines), max(version) FROM line_groups_meta")
+    kept, kept_runs, kept_lo = _one(con, "SELECT coalesce(sum(rows), 0), count(DISTINCT run_id), min(run_id) "
+                                         "FROM tag_slices")
+    now_rows, now_lines = _one(con, "SELECT (SELECT coalesce(sum(rows), 0) FROM slices), "
+                                    "(SELECT count(*) FROM line_items)")
+    if (m_run != run or m_version is None or int(str(m_version)) < GROUPS_VERSION or m_lines != kept
+            or kept_runs != 1 or kept_lo != run or now_rows != now_lines):
+        return None  # the state is not the one the last run left, or lines are not all in slices
+    con.execute("""CREATE OR REPLACE TEMP TABLE ba_changed AS SELECT DISTINCT p, a, s FROM (
+        (SELECT x_Provider AS p, BillingAccountId AS a, BillingPeriodStart AS s, ingest_id, rows FROM slices
+         EXCEPT ALL SELECT x_Provider, BillingAccountId, BillingPeriodStart, ingest_id, rows FROM tag_slices)
+        UNION ALL
+        (SELECT x_Provider, BillingAccountId, BillingPeriodStart, ingest_id, rows FROM tag_slices
+         EXCEPT ALL SELECT x_Provider, BillingAccountId, BillingPeriodStart, ingest_id, rows FROM slices))""")
+    changed, = _one(con, "SELECT count(*) FROM ba_changed")
+    slices, = _one(con, "SELECT count(*) FROM (SELECT DISTINCT x_Provider, BillingAccountId, BillingPeriodStart "
+                        "FROM slices)")
+    if int(str(changed)) >= int(str(slices)):  # every slice changed: a full build is the cheaper
+        con.execute("DROP TABLE ba_changed")
+        return None
+    where = _where(con, "ba_changed", "line_items")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_dirty_lines AS SELECT x_LineItemId FROM line_items WHERE {where}")
+    n, = _one(con, "SELECT count(*) FROM ba_dirty_lines")
+    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where)
+
+
+_VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+_VOLATILE_NAMES = re.compile(r"^(now|today|random|setseed|uuid|gen_random_uuid|uuidv[47]|nextval|currval|"
+                             r"current_\w+|get_current_\w+|transaction_timestamp|epoch_ms_now)$", re.IGNORECASE)
+
+
+def volatile(rule: Rule) -> bool:
+    """The rule reads the clock or a random source: its hits may differ run to run, whatever the line."""
+    if rule.tree is None:
+        return True
+    return any(isinstance(n, _VOLATILE) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
+               for n in rule.tree.walk())
+
+
+def line_local(rule: Rule, p: Plan) -> bool:
+    """A fused rule's hit on a line depends on that line alone (unless it reads the clock or a random source);
+    one reading ``checkpoint_resources`` also on what that holds, which must be what it held for the last run."""
+    return not volatile(rule) and (p.checkpoint_same or not reads_checkpoint(rule))
+
+
+def record_slices(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """The slices this run's state was computed from."""
+    con.execute("DELETE FROM tag_slices")
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                   "AND schema_name = 'main' AND table_name = 'slices'").fetchone() != (0,):
+        con.execute("INSERT INTO tag_slices SELECT x_Provider, BillingAccountId, BillingPeriodStart, ingest_id, rows, ? "
+                    "FROM slices", [run_id])
