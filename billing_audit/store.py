@@ -17,9 +17,11 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -44,6 +46,7 @@ from billing_audit.reader import (
     probe_columns,
     readable,
 )
+from billing_audit.sql import lit
 
 DEFAULT_DB = "billing-audit.duckdb"
 
@@ -101,13 +104,18 @@ WIDE_KIB_PER_COLUMN = 160
 DEFAULT_MEMORY_MB = 600
 
 
+def memory_limit() -> str:
+    """The store's memory limit: $BILLING_AUDIT_MEMORY_LIMIT, else the default."""
+    return os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", f"{DEFAULT_MEMORY_MB}MB")
+
+
 def configure(con: duckdb.DuckDBPyConnection) -> None:
     """Session settings: UTC, no progress bar, bounded memory (spilling to disk beyond it), all cores.
 
     600 MB keeps a 10M-line month under 0.8 GiB of RSS at every stage for a few percent of speed (bench/)."""
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET memory_limit = ?", [os.environ.get("BILLING_AUDIT_MEMORY_LIMIT", f"{DEFAULT_MEMORY_MB}MB")])
+    con.execute("SET memory_limit = ?", [memory_limit()])
     con.execute("SET threads = ?", [int(os.environ.get("BILLING_AUDIT_THREADS", os.cpu_count() or 2))])
 
 
@@ -365,19 +373,12 @@ class Store:
                         mf = MappedFile(local, display, kind, fmt, cols)
                         fp = _part_fp(fps[f], display, display == display_name(f))
                         sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
-                        # a very wide file (thousands of tag columns) reserves ~32 KiB per column in each
-                        # stage of the read, whatever its length: one thread, and (unless the limit was
-                        # set explicitly) the default limit plus what the width reserves
-                        wide = len(cols) > WIDE_COLUMNS
-                        saved = con.execute("SELECT current_setting('threads'), current_setting('memory_limit')"
-                                            ).fetchone() if wide else None
                         try:
-                            if wide:
-                                con.execute("SET threads = 1")
-                                if "BILLING_AUDIT_MEMORY_LIMIT" not in os.environ:
-                                    need = DEFAULT_MEMORY_MB + len(cols) * WIDE_KIB_PER_COLUMN // 1024
-                                    con.execute(f"SET memory_limit = '{need}MB'")
-                            n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
+                            if len(cols) > WIDE_COLUMNS:
+                                with self._staged(sql, len(cols), display) as staged:
+                                    n = con.execute(f"INSERT INTO line_items SELECT * FROM {staged}").fetchone()
+                            else:
+                                n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
                             con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid
@@ -387,10 +388,6 @@ class Store:
                             if kind == "csv" and not rewrite and "state machine reached an invalid state" in str(e):
                                 raise _LineEndings from None
                             raise diagnose(con, mf, e) from None
-                        finally:
-                            if saved:
-                                con.execute(f"SET threads = {int(saved[0])}")
-                                con.execute("SET memory_limit = ?", [saved[1]])
                         rows = int(n[0]) if n else 0
                         if rows == 0:
                             raise InputError(display, "file has a header but no data rows")
@@ -419,6 +416,46 @@ class Store:
             raise
         report.replaced_rows += replaced
         report.files.extend(results)
+
+    @contextlib.contextmanager
+    def _staged(self, sql: str, ncols: int, display: str) -> Iterator[str]:
+        """A wide file's mapped rows, staged in a Parquet file in the temp folder: yields the scan that reads them.
+
+        A very wide file (thousands of tag columns) reserves ~32 KiB per column in each stage of the read,
+        whatever its length: it is read on one thread and (unless the limit was set explicitly) with the default
+        limit plus what the width reserves.  Inserted straight into the store, its rows would also stay in
+        memory until the delivery commits (DuckDB keeps a transaction's appends in memory until a row group of
+        122,880 rows fills: ~0.7 GB of wide rows' tags), on top of that reservation.  Staged first, the read
+        holds only its buffers (the Parquet writer keeps one row group of 2,048 rows), and the insert from the
+        stage runs with the ordinary settings, after the read's memory is freed, inside the delivery's one
+        transaction as before."""
+        con = self.con
+        folder = Path(tempfile.mkdtemp(prefix="ba-wide-"))
+        stage = folder / "rows.parquet"
+        try:
+            threads = con.execute("SELECT current_setting('threads')").fetchone()
+            assert threads is not None
+            raise_limit = "BILLING_AUDIT_MEMORY_LIMIT" not in os.environ
+            try:
+                con.execute("SET threads = 1")
+                if raise_limit:
+                    need = DEFAULT_MEMORY_MB + ncols * WIDE_KIB_PER_COLUMN // 1024
+                    con.execute(f"SET memory_limit = '{need}MB'")
+                try:
+                    con.execute(f"COPY ({sql}) TO {lit(str(stage))} (FORMAT parquet, ROW_GROUP_SIZE 2048)")
+                except duckdb.Error as e:
+                    if any(w in str(e) for w in ("No space left", "File too large")):
+                        raise BillingAuditError(f"{display}: cannot stage its rows in {folder}/ ({e}); "
+                                                "nothing of this delivery was stored") from None
+                    raise
+            finally:  # through a cursor: a failed COPY has aborted con's transaction until the caller rolls back
+                with con.cursor() as side:
+                    side.execute(f"SET GLOBAL threads = {int(threads[0])}")
+                    if raise_limit:  # the configured value itself: current_setting's text is rounded to 0.1 MiB
+                        side.execute("SET GLOBAL memory_limit = ?", [memory_limit()])
+            yield f"read_parquet({lit(str(stage))})"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _owner(self, prov: str, export: str, acct: str | None, period: datetime | None) -> tuple[Any, ...] | None:
         """The delivery of ``export`` that holds the slice (a store from before exports were told apart: any)."""
