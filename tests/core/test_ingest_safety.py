@@ -568,3 +568,21 @@ def test_a_full_temp_folder_while_staging_a_wide_file_names_the_file_and_the_fol
     assert "Traceback" not in out
     assert not list(temp.iterdir())  # the stage is removed
     assert _lines(db) == 12
+
+
+def test_a_wide_files_record_past_its_line_bound_is_named_by_row(tmp_path: Path) -> None:
+    """A wide file's records are bounded by WIDE_MAX_LINE (2 MB; AWS allows 50 user tags of at most 256 characters
+    on a resource): a 3 MB record is that file's error, naming its row and the bound, and nothing of it is stored."""
+    from billing_audit import reader
+
+    csv_file = _wide_cur_csv(tmp_path / "wide", 5, reader.WIDE_COLUMNS + 5)
+    lines = csv_file.read_text().split("\n")[:-1]  # not splitlines: the values hold \x1e and \x1f
+    assert lines[3].endswith('"')
+    lines[3] = lines[3][:-1] + "x" * (3 << 20) + '"'  # row 3's last (quoted) cell is 3 MB
+    csv_file.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "s.duckdb"
+    r = CliRunner().invoke(main, ["ingest", str(csv_file.parent), "--db", str(db)])
+    assert r.exit_code == 2, r.output
+    assert f"{csv_file}, row 3: " in r.output and f"Maximum line size of {reader.WIDE_MAX_LINE} bytes exceeded" in r.output
+    assert "Traceback" not in r.output
+    assert _lines(db) == 0
