@@ -469,11 +469,11 @@ MAX_LINE = 64 << 20  # the longest CSV record read
 BUFFER = 128 << 20  # DuckDB's CSV buffer: twice the longest record
 WIDE_COLUMNS = 1000  # a file with more columns is wide (thousands of tag columns): read on one thread, and ...
 # ... in small buffers, which also end DuckDB's chunks early: a chunk holds the rows of a buffer, so its vectors
-# (one per column) hold fewer rows the wider the file.  4 MB holds ~300 rows of 10,000 columns (~13 KB a row):
-# a chunk then touches ~80 MB of vectors per stage of the read instead of ~200 MB at 16 MB, and a file of 1,000
-# rows already spans several buffers, so its peak is the steady one of any longer file (at a cost of ~1.4x the
-# CPU time for 10,000 columns: each chunk's fixed cost per column is paid 4x as often).  A record stays far
-# below 2 MB: AWS allows 50 user tags of 256 characters on a resource.
+# (one per column) hold fewer rows the wider the file.  4 MB holds ~300 rows of 10,000 columns (~13 KB a row), so
+# a file of 1,000 rows already spans several buffers and its peak is the steady one of any longer file: 10,000
+# tag columns peak at ~550-600 MB at 1,000 and at 16,000 rows (16 MB buffers: ~710 MB at 1,000, ~850 at 16,000),
+# for ~1.4x the CPU time (each chunk's fixed cost per column is paid more often).  A record stays far below
+# 2 MB: AWS allows 50 user tags of at most 256 characters on a resource.
 WIDE_MAX_LINE = 2 << 20
 WIDE_BUFFER = 4 << 20
 
