@@ -35,8 +35,18 @@ def plain() -> bool:
     return bool(os.environ.get("NO_COLOR"))
 
 
+class _Out(Console):
+    def on_broken_pipe(self) -> None:
+        """`billing-audit report | head`: the reader has all it wants; exit 0 quietly (rich exits 1)."""
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise SystemExit(0)
+
+
 _styles = {"color_system": None} if plain() else {}
-out = Console(highlight=False, soft_wrap=True, emoji=False, markup=False,
+out = _Out(highlight=False, soft_wrap=True, emoji=False, markup=False,
               width=None if sys.stdout.isatty() else 220, **_styles)  # type: ignore[arg-type]
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False, **_styles)  # type: ignore[arg-type]
 
