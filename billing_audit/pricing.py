@@ -401,11 +401,11 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     rows = con.execute(f"""
         SELECT provider, price_key, region, unit, currency, sum(cost), sum(qty), sum(n), min(first), max(last)
         FROM {bill} GROUP BY ALL""").fetchall()
-    bill = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
+    unit_prices = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
     con.execute("CREATE OR REPLACE TEMP TABLE ba_bill (provider VARCHAR, price_key VARCHAR, region VARCHAR, "
                 "unit VARCHAR, currency VARCHAR, unit_price DECIMAL(38,12), n BIGINT, first TIMESTAMP, last TIMESTAMP)")
-    if bill:
-        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", bill)
+    if unit_prices:
+        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", unit_prices)
     con.execute("""CREATE OR REPLACE TEMP TABLE ba_ref AS
         SELECT * EXCLUDE (rn) FROM (
           SELECT s.x_LineItemId, r.unit_price, r.kind, r.source, r.source_row, r.fetched_at, r.description,
