@@ -189,11 +189,11 @@ src, dst, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
 con = duckdb.connect()
 con.execute("SET preserve_insertion_order = false")
 cols = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [src]).fetchall()]
-shifted = {c: f"{c} + INTERVAL {k} MONTH AS {c}" for c in cols if c in (
+shifted = {c: f"{c} + to_months({k}) AS {c}" for c in cols if c in (
     "bill_billing_period_start_date", "bill_billing_period_end_date", "line_item_usage_start_date",
     "line_item_usage_end_date")}
-shifted["identity_time_interval"] = ("strftime(line_item_usage_start_date + INTERVAL %d MONTH, '%%Y-%%m-%%dT%%H:%%M:%%SZ') || '/' || "
-                                     "strftime(line_item_usage_end_date + INTERVAL %d MONTH, '%%Y-%%m-%%dT%%H:%%M:%%SZ') "
+shifted["identity_time_interval"] = ("strftime(line_item_usage_start_date + to_months(%d), '%%Y-%%m-%%dT%%H:%%M:%%SZ') || '/' || "
+                                     "strftime(line_item_usage_end_date + to_months(%d), '%%Y-%%m-%%dT%%H:%%M:%%SZ') "
                                      "AS identity_time_interval") % (k, k)
 sel = ", ".join(shifted.get(c, c) for c in cols)
 con.execute(f"COPY (SELECT {sel} FROM read_parquet(?)) TO '{dst}' (FORMAT parquet, COMPRESSION snappy)", [src])

@@ -81,6 +81,23 @@ PRICE_TABLES = [
         price_as_of TIMESTAMP,
         reason VARCHAR,
         run_id BIGINT)""",
+    # the bill's own on-demand prices per slice and on-demand key (billing_audit.pricing.bill_slices_sql), as the
+    # last tag run found them: the next run re-reads only the changed slices' (billing_audit.incremental)
+    """CREATE TABLE IF NOT EXISTS spot_bill (
+        p VARCHAR,
+        a VARCHAR,
+        s TIMESTAMP,
+        provider VARCHAR,
+        price_key VARCHAR,
+        region VARCHAR,
+        unit VARCHAR,
+        currency VARCHAR,
+        cost DECIMAL(38,12),
+        qty DECIMAL(38,12),
+        n BIGINT,
+        first TIMESTAMP,
+        last TIMESTAMP,
+        run_id BIGINT)""",
 ]
 
 RULE_TABLES = [

@@ -9,10 +9,13 @@ parameters, the checkpoint config, the code).  The next run with the same key re
   runs (:func:`billing_audit.tagging._fusable`: by its parsed tree a plain filter over ``line_items``, no join,
   aggregate, window or subquery) decides each line from that line alone.  A fused rule that reads
   ``checkpoint_resources`` (the checkpoint storage the whole store names) is line-local only while that set is
-  the same as the last run's, and one that reads the clock or a random source never is; every other rule (one the fused scan cannot run, every user rule: they run bounded
-  over the whole store) runs over every line, and its hits are replaced whole;
-- **on-demand equivalents** (``spot_od``) for every spot line: a spot line can be priced by on-demand lines of
-  other slices (the bill's own prices), so they are computed whole, and compared with the last run's;
+  the same as the last run's, and one that reads the clock or a random source never is; every other rule (one
+  the fused scan cannot run, every user rule: they run bounded over the whole store) runs over every line, and
+  its hits are replaced whole;
+- **on-demand equivalents** (``spot_od``) for the spot lines of the changed slices and of every slice holding a
+  line whose hits moved, and for every spot line priced by a key whose price in the bill moved: a spot line can be
+  priced by on-demand lines of other slices (the bill's own prices, kept per slice in ``spot_bill`` and re-read
+  for those slices only); all of them when the price references changed;
 - **line groups** for the changed slices and for every slice holding a line whose rule hits (of the rules run
   whole) or on-demand equivalent changed; the keys table is merged;
 - **the search index** for the changed slices' providers and months (its rows sum lines across accounts).
@@ -34,7 +37,7 @@ from billing_audit.rules import Rule
 
 PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
 _TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
-           "search_texts", "spot_od")
+           "search_texts", "spot_od", "spot_bill")
 
 
 def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
@@ -78,6 +81,7 @@ class Plan:
     lines: int  # lines in the changed slices now
     checkpoint_same: bool  # checkpoint_resources holds what it held for the last run
     where: str  # the changed slices' lines, over alias line_items
+    prices_same: bool = True  # the price references are those the last run priced with
     regrouped: int = 0  # slices whose groups were rebuilt (the changed ones, and those whose hits or prices moved)
 
     @property
@@ -95,36 +99,27 @@ class Plan:
         con.execute("CREATE OR REPLACE TEMP TABLE ba_old_od AS SELECT x_LineItemId, od_cost FROM spot_od")
 
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
-        """After the hits: spot_od whole, then the groups, keys and search index of the slices that need it."""
-        from billing_audit import pricing
+        """After the hits: spot_od, then the groups, keys and search index of the slices that need it."""
         from billing_audit.errors import BillingAuditError
         from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql
         from billing_audit.search import index_sql
 
-        pricing.classify(con)
-        # lines outside the changed slices whose category, signal or on-demand equivalent moved
+        # lines outside the changed slices whose hits of the rules run whole moved (their category or signal may)
         con.execute("""CREATE OR REPLACE TEMP TABLE ba_touched AS
-            SELECT x_LineItemId FROM ((SELECT x_LineItemId, rule_id, category FROM ba_old_hits
+            SELECT DISTINCT x_LineItemId FROM ((SELECT x_LineItemId, rule_id, category FROM ba_old_hits
                                        EXCEPT ALL SELECT x_LineItemId, rule_id, category FROM rule_hits
                                        WHERE NOT list_contains($l, rule_id))
                                       UNION ALL
                                       (SELECT x_LineItemId, rule_id, category FROM rule_hits
                                        WHERE NOT list_contains($l, rule_id)
-                                       EXCEPT ALL SELECT x_LineItemId, rule_id, category FROM ba_old_hits))
-            UNION SELECT coalesce(o.x_LineItemId, n.x_LineItemId) FROM ba_old_od o
-              FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
-              WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""",
+                                       EXCEPT ALL SELECT x_LineItemId, rule_id, category FROM ba_old_hits))""",
                     {"l": local_ids or [""]})
-        con.execute("DELETE FROM spot_od")
-        con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
-        con.execute("CREATE OR REPLACE TEMP TABLE ba_gslices AS SELECT p, a, s FROM ba_changed")
-        if _one(con, "SELECT count(*) FROM ba_touched")[0]:
-            con.execute(f"""INSERT INTO ba_gslices SELECT DISTINCT l.x_Provider, l.BillingAccountId,
-                {PERIOD.format(t="l")} FROM line_items l SEMI JOIN ba_touched t ON t.x_LineItemId = l.x_LineItemId
-                EXCEPT SELECT p, a, s FROM ba_gslices""")
+        _slices_of(con, "ba_pslices", "ba_touched")
+        self._price(con, run_id)
+        _slices_of(con, "ba_gslices", "ba_touched_od", base="ba_pslices")
         self.regrouped = int(str(_one(con, "SELECT count(*) FROM ba_gslices")[0]))
         lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_glines AS SELECT * FROM {lines}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
         con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
             WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
               AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
@@ -142,7 +137,7 @@ class Plan:
         # the search index by provider and month (its rows sum lines across accounts)
         con.execute("CREATE OR REPLACE TEMP TABLE ba_months AS SELECT DISTINCT p, NULL::VARCHAR AS a, s FROM ba_changed")
         months = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_months', 'l', accounts=False)})"
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_slines AS SELECT * FROM {months}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW ba_slines AS SELECT * FROM {months}")
         con.execute("""DELETE FROM search_index USING ba_months m WHERE m.p = search_index.provider
             AND m.s IS NOT DISTINCT FROM date_trunc('month', search_index.bps + INTERVAL 14 DAY)""")
         (_, texts_sql), (_, index_rows_sql) = index_sql("ba_slines")
@@ -151,9 +146,66 @@ class Plan:
         con.execute(f"INSERT INTO search_texts SELECT * FROM ({texts_sql}) WHERE h NOT IN (SELECT h FROM search_texts)")
         con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
                     f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
-        for t in ("ba_old_hits", "ba_old_od", "ba_touched", "ba_spot_od", "ba_gslices", "ba_glines", "ba_months",
-                  "ba_slines", "ba_changed", "ba_dirty_lines"):
+        for v in ("ba_glines", "ba_slines", "ba_plines", "ba_rlines"):
+            con.execute(f"DROP VIEW IF EXISTS {v}")
+        for t in ("ba_old_hits", "ba_old_od", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
+                  "ba_months", "ba_changed", "ba_dirty_lines", "ba_keys_d", "ba_bill_old", "ba_bill_keys",
+                  "ba_reclass", "ba_bill_slices", "ba_cats"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
+
+    def _price(self, con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+        """The on-demand equivalents (``spot_od``) and the bill's prices per slice (``spot_bill``): the bill of the
+        slices in ``ba_pslices`` read again, and the spot lines priced again that are in those slices or priced by a
+        key whose bill price moved (all of them when the price references changed); ``ba_touched_od``: the lines
+        whose equivalent moved."""
+        from billing_audit import pricing
+
+        bill = ("(SELECT provider, price_key, region, unit, currency, sum(cost) AS cost, sum(qty) AS qty, "
+                "sum(n) AS n, min(first) AS first, max(last) AS last FROM spot_bill GROUP BY ALL)")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_old AS SELECT * FROM {bill}")
+        if self.prices_same:
+            con.execute("""DELETE FROM spot_bill USING ba_pslices d WHERE d.p = spot_bill.p
+                AND d.a IS NOT DISTINCT FROM spot_bill.a AND d.s IS NOT DISTINCT FROM spot_bill.s""")
+            con.execute("CREATE OR REPLACE TEMP VIEW ba_plines AS SELECT * FROM line_items l WHERE "
+                        f"{_where(con, 'ba_pslices', 'l')}")
+            pricing.bill_keys(con, "ba_plines", "ba_keys_d")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_keys_d')}")
+            con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM "
+                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats')})")
+            # the keys whose bill price moved, and the spot lines to price again
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
+                unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
+                                     UNION ALL (SELECT * FROM {bill} EXCEPT SELECT * FROM ba_bill_old))""")
+            con.execute("""CREATE OR REPLACE TEMP TABLE ba_reclass AS
+                SELECT x_LineItemId FROM ba_plines
+                UNION SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
+                  AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
+                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency""")
+            con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT l.* FROM line_items l "
+                        "SEMI JOIN ba_reclass r ON r.x_LineItemId = l.x_LineItemId")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_reclass')}")
+            pricing.classify(con, "ba_rlines", "spot_bill", "ba_cats")
+            gone = "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)"
+        else:  # other price references: every spot line again
+            pricing.classify(con)
+            con.execute("DELETE FROM spot_bill")
+            con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM ba_bill_slices")
+            gone = "TRUE"
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_touched_od AS
+            SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
+            FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
+            WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
+        con.execute(f"DELETE FROM spot_od WHERE {gone} OR x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
+        con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
+
+
+def _slices_of(con: duckdb.DuckDBPyConnection, into: str, lines: str, base: str = "ba_changed") -> None:
+    """Temp table ``into``: the slices of ``base`` and those holding a line of the temp table ``lines``."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {into} AS SELECT p, a, s FROM {base}")
+    if _one(con, f"SELECT count(*) FROM {lines}")[0]:
+        con.execute(f"""INSERT INTO {into} SELECT DISTINCT l.x_Provider, l.BillingAccountId, {PERIOD.format(t="l")}
+            FROM line_items l SEMI JOIN {lines} t ON t.x_LineItemId = l.x_LineItemId
+            EXCEPT SELECT p, a, s FROM {into}""")
 
 
 def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
@@ -166,7 +218,8 @@ def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
         f"AND table_name IN ({', '.join(repr(t) for t in _TABLES)})").fetchall()}
     if len(have) < len(_TABLES):
         return None
-    last = con.execute("SELECT run_id, state_key, checkpoint_key FROM tag_runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    last = con.execute("SELECT run_id, state_key, checkpoint_key, prices_key FROM tag_runs ORDER BY run_id DESC LIMIT 1"
+                       ).fetchone()
     if last is None or last[1] != key:
         return None
     run = int(last[0])
@@ -197,7 +250,10 @@ def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
     where = _where(con, "ba_changed", "line_items")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_dirty_lines AS SELECT x_LineItemId FROM line_items WHERE {where}")
     n, = _one(con, "SELECT count(*) FROM ba_dirty_lines")
-    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where)
+    from billing_audit.pricing import prices_key
+
+    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where,
+                prices_same=last[3] == prices_key(con))
 
 
 _VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)

@@ -314,14 +314,15 @@ def load_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> PriceLoad:
 
 
 # -- on-demand equivalents ------------------------------------------------------------------------------------------
-def _keys_sql() -> str:
-    """Every provider's ``keys_sql()`` over its own lines, as one relation (provider + LINE_KEY_COLUMNS)."""
+def _keys_sql(lines: str = "line_items") -> str:
+    """Every provider's ``keys_sql()`` over its own lines (of the relation ``lines``), as one relation (provider +
+    LINE_KEY_COLUMNS)."""
     selects = [
         f"SELECT {lit(prov)} AS provider, CAST(k.x_LineItemId AS VARCHAR) AS x_LineItemId, "
         "CAST(k.price_key AS VARCHAR) AS price_key, CAST(k.region AS VARCHAR) AS region, "
         "CAST(k.unit AS VARCHAR) AS unit, CAST(k.currency AS VARCHAR) AS currency, "
         "CAST(k.quantity AS DECIMAL(38,12)) AS quantity "
-        f"FROM (WITH l AS (SELECT * FROM line_items WHERE x_Provider = {lit(prov)}) {mod.keys_sql()}) k"
+        f"FROM (WITH l AS (SELECT * FROM {lines} WHERE x_Provider = {lit(prov)}) {mod.keys_sql()}) k"
         for prov, mod in parts()
     ]
     return " UNION ALL ".join(selects) or (
@@ -344,9 +345,44 @@ def _money(x: Decimal) -> Decimal:
     return x.quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
 
 
-def classify(con: duckdb.DuckDBPyConnection) -> None:
+def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories") -> str:
+    """The bill's own on-demand prices per slice (provider x billing account x billing month) and key: the cost and
+    quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`_keys_sql` over some lines)."""
+    return f"""
+        SELECT l.x_Provider AS p, l.BillingAccountId AS a, date_trunc('month', l.BillingPeriodStart + INTERVAL 14 DAY)
+               AS s, k.provider, k.price_key, k.region, k.unit, k.currency,
+               sum(coalesce(l.EffectiveCost, l.BilledCost)) AS cost, sum(k.quantity) AS qty, count(*) AS n,
+               min(l.ChargePeriodStart) AS first, max(l.ChargePeriodEnd) AS last
+        FROM {keys} k JOIN line_items l ON l.x_LineItemId = k.x_LineItemId
+        WHERE {_on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, l.BilledCost) > 0
+          AND l.BillingCurrency = k.currency
+          AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')
+        GROUP BY ALL"""
+
+
+def bill_keys(con: duckdb.DuckDBPyConnection, lines: str, into: str) -> None:
+    """:func:`_keys_sql` over the relation ``lines`` as temp table ``into``."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {into} AS {_keys_sql(lines)}")
+
+
+def categories_sql(lines: str) -> str:
+    """``line_categories`` (:data:`billing_audit.ddl.LINE_CATEGORY_VIEW`) for the lines of the relation ``lines``
+    only (it has x_LineItemId), without grouping every hit of the store."""
+    from billing_audit.ddl import LINE_CATEGORY_VIEW
+
+    body = LINE_CATEGORY_VIEW.split(" AS ", 1)[1]
+    return body.replace("FROM rule_hits GROUP BY",
+                        f"FROM (SELECT * FROM rule_hits SEMI JOIN {lines} USING (x_LineItemId)) GROUP BY")
+
+
+def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
+             cats: str = "line_categories") -> None:
     """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
-    but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``."""
+    but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``.  ``lines``: the relation
+    of lines priced (default: every line); ``bill``: a relation of the bill's prices per slice and key
+    (:func:`bill_slices_sql`'s columns) covering the whole store (default: made from every line, left as the temp
+    table ``ba_bill_slices``); ``cats``: the lines' categories (default ``line_categories``; another relation must
+    cover ``lines``).  A spot line's equivalent depends on the line, the references and the bill only."""
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
@@ -355,24 +391,21 @@ def classify(con: duckdb.DuckDBPyConnection) -> None:
                l.BillingCurrency AS billing_currency, l.x_ListCostSource AS list_source,
                CASE WHEN {export_od_case()} > 0 THEN CAST({export_od_case()} AS DECIMAL(38,12)) END AS export_od,
                {_has_prices_part_case()} AS has_part
-        FROM line_items l JOIN line_categories c ON c.x_LineItemId = l.x_LineItemId
+        FROM {lines} l JOIN {cats} c ON c.x_LineItemId = l.x_LineItemId
         WHERE c.category = 'spot_compute'""")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_keys AS {_keys_sql()}")
+    bill_keys(con, lines, "ba_keys")
+    if bill is None:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {bill_slices_sql('ba_keys')}")
+        bill = "ba_bill_slices"
     # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
     rows = con.execute(f"""
-        SELECT k.provider, k.price_key, k.region, k.unit, k.currency,
-               sum(coalesce(l.EffectiveCost, l.BilledCost)) AS cost, sum(k.quantity) AS qty, count(*) AS n,
-               min(l.ChargePeriodStart) AS first, max(l.ChargePeriodEnd) AS last
-        FROM ba_keys k JOIN line_items l ON l.x_LineItemId = k.x_LineItemId
-        WHERE {_on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, l.BilledCost) > 0
-          AND l.BillingCurrency = k.currency
-          AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM ba_spot)
-        GROUP BY ALL""").fetchall()
-    bill = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
+        SELECT provider, price_key, region, unit, currency, sum(cost), sum(qty), sum(n), min(first), max(last)
+        FROM {bill} GROUP BY ALL""").fetchall()
+    unit_prices = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
     con.execute("CREATE OR REPLACE TEMP TABLE ba_bill (provider VARCHAR, price_key VARCHAR, region VARCHAR, "
                 "unit VARCHAR, currency VARCHAR, unit_price DECIMAL(38,12), n BIGINT, first TIMESTAMP, last TIMESTAMP)")
-    if bill:
-        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", bill)
+    if unit_prices:
+        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", unit_prices)
     con.execute("""CREATE OR REPLACE TEMP TABLE ba_ref AS
         SELECT * EXCLUDE (rn) FROM (
           SELECT s.x_LineItemId, r.unit_price, r.kind, r.source, r.source_row, r.fetched_at, r.description,
@@ -445,7 +478,10 @@ def build_spot_od(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
     classify(con)
     con.execute("DELETE FROM spot_od")
     con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
+    con.execute("DELETE FROM spot_bill")  # what the next tag run prices with, slice by slice (incremental)
+    con.execute("INSERT INTO spot_bill SELECT *, ? FROM ba_bill_slices", [run_id])
     con.execute("DROP TABLE ba_spot_od")
+    con.execute("DROP TABLE ba_bill_slices")
     row = con.execute("SELECT count(*) FROM spot_od").fetchone()
     return int(row[0]) if row else 0
 
@@ -513,6 +549,7 @@ def needs(con: duckdb.DuckDBPyConnection, provider: str | None = None) -> list[P
           AND o.quantity > 0 AND o.currency IS NOT DISTINCT FROM l.BillingCurrency{where}
         GROUP BY ALL ORDER BY ALL""").fetchall()
     con.execute("DROP TABLE ba_spot_od")
+    con.execute("DROP TABLE IF EXISTS ba_bill_slices")
     return [PriceNeed(provider=r[0], price_key=r[1], region=r[2], unit=r[3], currency=r[4], first=r[5], last=r[6],
                       lines=int(r[7]), description=r[8]) for r in rows]
 

@@ -224,6 +224,8 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
         from billing_audit.tagging import unchanged_message
 
         say(unchanged_message(result.tagged.run_id, result.tagged.slices))
+    elif result.tagged is not None and result.tagged.plan is not None and not quiet:
+        say(f"incremental: {result.tagged.plan.summary()}")
     if result.engine_run is not None:
         print_run(result.engine_run)
     if not quiet:

@@ -81,5 +81,6 @@ def test_one_module_owns_the_stores_tables() -> None:
     names = " ".join([ddl.LINE_ITEMS, *ddl.BOOKKEEPING, *ddl.RULE_TABLES, ddl.LINE_CATEGORY_VIEW, ddl.RESULT_TABLES,
                       *ddl.PRICE_TABLES])
     for table in ("line_items", "deliveries", "slices", "file_stats", "ingest_log", "rule_hits", "tag_runs",
-                  "line_categories", "engine_runs", "engine_results", "price_references", "spot_od"):
+                  "line_categories", "engine_runs", "engine_results", "price_references", "spot_od", "tag_slices",
+                  "spot_bill"):
         assert re.search(rf"\b{table}\b", names), table

@@ -157,7 +157,9 @@ STEP = st.one_of(
     st.tuples(st.just("deliver"), st.integers(0, len(PAYERS) - 1), st.integers(0, len(MONTHS) - 1),
               st.integers(0, 10_000)),
     st.tuples(st.just("rules"), st.integers(0, len(RULESETS) - 1)),
+    st.tuples(st.just("prices")),  # p4d's on-demand price list of August 2026, loaded without re-pricing
 )
+PRICE_LIST = ROOT / "fixtures" / "prices" / "aws" / "AmazonEC2-20260801-us-east-1.json"
 
 
 def _setup(work: Path) -> None:
@@ -182,6 +184,12 @@ def _run(work: Path, steps: list[tuple[Any, ...]]) -> list[Any]:
                 with billing_audit.open(store) as s:
                     rep = s.ingest([exports])
                     assert not rep.errors, rep.errors
+        elif step[0] == "prices":
+            from billing_audit import pricing
+
+            for store in (db, full):
+                with billing_audit.open(store) as s:
+                    pricing.load_files(s.con, [PRICE_LIST])
         else:
             ruleset = RULESETS[step[1]]
         used.add(RULESETS.index(ruleset))
@@ -214,6 +222,16 @@ def test_only_the_changed_slices_are_redone(tmp_path: Path) -> None:
                               "BillingPeriodStart = TIMESTAMP '2026-10-01'").fetchone()[0]
     assert last.lines == lines
     assert last.summary().startswith("1 of 4 slices changed since tag run 4")
+
+
+def test_new_price_references_price_every_spot_line_again_incrementally(tmp_path: Path) -> None:
+    """Months whose spot lines have no on-demand price in the export; a price list arrives: the run redoes no
+    slice's hits but prices every spot line again (the references cover every month)."""
+    results = _run(tmp_path, [("deliver", 0, 1, 7), ("deliver", 1, 2, 8), ("prices",)])
+    last = results[-1].plan
+    assert last is not None and last.changed == 0 and not last.prices_same
+    with billing_audit.open(tmp_path / "store.duckdb", read_only=True) as s:
+        assert s.con.execute("SELECT count(*) FROM spot_od WHERE od_source = 'reference'").fetchone()[0] > 0
 
 
 def test_a_changed_rule_rebuilds_everything_then_goes_incremental_again(tmp_path: Path) -> None:
