@@ -609,7 +609,17 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     if missing:
         raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
     cfg = load_config(config_path)
-    ingested = ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait, follow_outside=follow_outside)
+    reads_paths = False
+    if engine != "duckdb":  # an engine that reads the export files itself (spark --source raw): no local ingest
+        from billing_audit.engines import engine as get_engine
+        from billing_audit.engines import options_from_flat
+
+        eng = get_engine(engine)
+        opts = engine_options or options_from_flat(engine)
+        if eng.reads_paths(opts):
+            reads_paths, engine_options = True, eng.with_paths(opts, list(paths))
+    ingested = IngestReport() if reads_paths else ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait,
+                                                         follow_outside=follow_outside)
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None
