@@ -144,8 +144,8 @@ class SparkOptions(EngineOptions):
                              "`audit PATHS --source raw` reads PATHS without ingesting them).",
         json_schema_extra={"flag": "--source"})
     spark_raw: str | None = Field(
-        None, description="Spark: the export folder(s) --source raw reads (several: separated by "
-                          f"{os.pathsep!r}); `audit` takes its PATHS.",
+        None, description="Spark: the export folder --source raw reads (several: joined by the path separator, "
+                          "':' on Linux); `audit` takes its PATHS.",
         json_schema_extra={"flag": "--spark-raw", "metavar": "FOLDER"})
 
     def raw_paths(self) -> list[Path]:
