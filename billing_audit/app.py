@@ -590,6 +590,27 @@ class AuditResult:
     engine_run: EngineRun | None = None
 
 
+def audit_dry_run(paths: Sequence[str | Path], engine: str, engine_options: EngineOptions | None = None) -> str:
+    """What ``audit PATHS --engine ENGINE`` would read (an engine that reads the export files itself, as
+    spark --source raw): the deliveries, kept or superseded, and their sizes; nothing is written."""
+    from billing_audit.engines import engine as get_engine
+    from billing_audit.engines import options_from_flat
+
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
+    if engine == "duckdb":
+        raise BillingAuditError("--dry-run: only for an engine that reads the export files itself "
+                                "(--engine spark --source raw)")
+    eng = get_engine(engine)
+    opts = engine_options or options_from_flat(engine)
+    text = eng.dry_run(eng.with_paths(opts, list(paths))) if eng.reads_paths(opts) else None
+    if text is None:
+        raise BillingAuditError(f"--dry-run: --engine {engine} with these options reads no export files "
+                                "(--engine spark --source raw does)")
+    return text
+
+
 def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,

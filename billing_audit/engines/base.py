@@ -64,6 +64,11 @@ class Engine(ABC):
         """The options with the export paths ``audit`` was given (engines whose :meth:`reads_paths`)."""
         return options
 
+    def dry_run(self, options: Any) -> str | None:
+        """What a run with these options would read, in words, without running the audit (None: the engine
+        has no dry run for these options)."""
+        return None
+
     @abstractmethod
     def source(self, store: Store, options: Any) -> str | None:
         """What a run with these options reads (None when the options do not say yet)."""

@@ -172,6 +172,35 @@ class SparkEngine(Engine):
         assert isinstance(options, SparkOptions)
         return options.model_copy(update={"spark_raw": os.pathsep.join(str(p) for p in paths)})
 
+    def dry_run(self, options: Any) -> str | None:
+        """--source raw: the deliveries a run would read, which are kept or superseded (Spark reads only the
+        columns that decide it), which are refused, and their sizes."""
+        assert isinstance(options, SparkOptions)
+        if options.spark_source != "raw":
+            return None
+        from connectors.spark import raw
+
+        plan = raw.plan(self._raw_paths(options))
+        kept = None
+        if plan.readable:
+            spark = session(options.spark_master)
+            spark.sparkContext.setLogLevel("ERROR")
+            try:
+                kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan))
+            except BillingAuditError as e:  # a file Spark cannot map, an overlap: said, beside the plan
+                return raw.describe(plan, None) + f"\nSpark cannot settle the slices: {e}"
+        return raw.describe(plan, kept)
+
+    @staticmethod
+    def _raw_paths(options: SparkOptions) -> list[Path]:
+        paths = options.raw_paths()
+        if not paths:
+            raise BillingAuditError("--source raw: name the export folder (--spark-raw FOLDER, or audit's PATHS)")
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise BillingAuditError(f"--spark-raw: no such file or folder: {', '.join(missing)} (nothing was audited)")
+        return paths
+
     def source(self, store: Store, options: Any) -> str:
         assert isinstance(options, SparkOptions)
         if options.spark_source == "raw":
@@ -199,14 +228,9 @@ class SparkEngine(Engine):
         from billing_audit.engines import pipeline
         from connectors.spark import raw
 
-        paths = options.raw_paths()
-        if not paths:
-            raise BillingAuditError("--source raw: name the export folder (--spark-raw FOLDER, or audit's PATHS)")
         if options.spark_lines:
             raise BillingAuditError("--source raw reads the export files: --spark-lines does not apply")
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            raise BillingAuditError(f"--spark-raw: no such file or folder: {', '.join(missing)} (nothing was audited)")
+        paths = self._raw_paths(options)
         rule_sql = pipeline.check_rules(rules, "spark", params)
         plan = raw.plan(paths)
         raw.refuse_errors(plan)

@@ -64,6 +64,14 @@ class _Macro:
     body: exp.Expression
 
 
+def _scalar(sql: str) -> exp.Expression:
+    select = parse(f"SELECT {sql}", "duckdb")
+    assert isinstance(select, exp.Select)
+    first = select.selects[0]
+    assert isinstance(first, exp.Expression)
+    return first
+
+
 @functools.cache
 def macros() -> dict[str, _Macro]:
     """The reader's DuckDB macros (``billing_audit.reader.MACROS``) as syntax trees, by name."""
@@ -74,8 +82,8 @@ def macros() -> dict[str, _Macro]:
         params = []
         for p in m.group(2).split(","):
             name, _, default = p.partition(":=")
-            params.append((name.strip(), parse(f"SELECT {default}", "duckdb").selects[0] if default.strip() else None))
-        out[m.group(1)] = _Macro(tuple(params), parse(f"SELECT ({m.group(3)})", "duckdb").selects[0])
+            params.append((name.strip(), _scalar(default) if default.strip() else None))
+        out[m.group(1)] = _Macro(tuple(params), _scalar(f"({m.group(3)})"))
     return out
 
 
@@ -172,6 +180,7 @@ def _spark_rewrites(tree: exp.Expression) -> exp.Expression:
     try_strptime with one plain format -> try_to_timestamp, and slash-date parsing (decided per file by the
     local reader) refused.  Children first, so a rewritten node carries its rewritten arguments."""
     for node in reversed(list(tree.walk(bfs=False))):
+        assert isinstance(node, exp.Expression)
         new = _spark_node(node)
         if new is not None:
             if node is tree:
@@ -470,3 +479,51 @@ def refuse_errors(p: Plan) -> None:
         more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise BillingAuditError(f"--source raw: {len(errors)} file(s) cannot be read on Spark (nothing was audited):"
                                 f"\n{shown}{more}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def describe(p: Plan, kept: Kept | None) -> str:
+    """The dry run: each delivery, whether it is kept, superseded (per slice) or refused, its files and sizes."""
+    mine: dict[int, list[str]] = {}
+    gone: dict[int, list[str]] = {}
+    if kept is not None:
+        for s in kept.kept:
+            mine.setdefault(s.delivery, []).append(_slice_name(s))
+        for s in kept.superseded:
+            gone.setdefault(s.delivery, []).append(_slice_name(s))
+    out = []
+    total = 0
+    for d in p.deliveries:
+        dv = d.delivery
+        if d.error is not None:
+            status = f"refused: {d.error}"
+        elif kept is None:
+            status = "would read"
+        elif d.index in mine and d.index in gone:
+            status = f"kept for {', '.join(sorted(mine[d.index]))}; superseded for {', '.join(sorted(gone[d.index]))}"
+        elif d.index in mine:
+            status = f"kept: {', '.join(sorted(mine[d.index]))}"
+        else:
+            status = f"superseded by a newer delivery: {', '.join(sorted(gone.get(d.index, []))) or 'no lines'}"
+        size = d.size
+        total += size if d.error is None else 0
+        out.append(f"{dv.label}  [{dv.export or dv.key}; dated {dv.version:%Y-%m-%d %H:%M} by {dv.version_source}; "
+                   f"{len(dv.files)} file(s), {_size(size)}]\n    {status}")
+        for f in d.files:
+            out.append(f"    {f.display}  {f.format}  {_size(f.size)}")
+    for e in p.errors:
+        out.append(f"{e.file}\n    refused: {e.reason}")
+    out.append(f"{len(p.readable)} of {len(p.deliveries)} deliveries readable, {_size(total)} to read")
+    return "\n".join(out)
+
+
+def _slice_name(s: Slice) -> str:
+    month = f"{s.period:%Y-%m}" if s.period is not None else "no period"
+    return f"{s.provider} {s.account} {month} ({s.lines:,} lines)"

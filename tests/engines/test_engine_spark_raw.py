@@ -139,3 +139,25 @@ def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: 
                    spark_raw=str(bad.parent.parent))
     assert err2.value.file == str(bad)
     assert "required value is missing" in err2.value.reason
+
+
+def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", FIXTURES / "aws" / "cur-legacy-csv"
+    res = CliRunner().invoke(main, ["audit", str(snap), str(csv_folder), "--db", "d.duckdb", "--engine", "spark",
+                                    "--source", "raw", "--spark-master", MASTER, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    con = duckdb.connect()
+    rows = {name: con.execute(f"SELECT count(*) FROM read_parquet('{snap / SNAP}/{name}/*.parquet')").fetchone()[0]
+            for name in ("20261002T041500Z", "20261003T041700Z")}  # type: ignore[index]
+    con.close()
+    old, new = out.split(f"{snap / OLD}  [")[1], out.split("gpu-cur2-snap 2026-09 execution ")[1]
+    assert f"superseded by a newer delivery: aws 222233334444 2026-09 ({rows['20261002T041500Z']} lines)" in old
+    assert f"kept: aws 222233334444 2026-09 ({rows['20261003T041700Z']} lines)" in new
+    sizes = sum(f.stat().st_size for f in (snap / NEW).iterdir())
+    assert f"by manifest; 2 file(s), {sizes / 1024:,.1f} KB]" in new
+    assert out.count("refused: ") == 2 and out.count("reads parquet only") == 2 and str(csv_folder) in out
+    assert out.rstrip().endswith("2 of 4 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
+    assert not (tmp_path / "d.duckdb").exists() and not (tmp_path / "audit-report").exists()  # nothing written
