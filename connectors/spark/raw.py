@@ -19,18 +19,24 @@ the store's canonical lines:
    :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
    slice's newest delivery.
 
-What the raw path covers: **parquet** files (AWS CUR 2.0 and legacy CUR parquet, AWS FOCUS, GCP export
-parquet, Azure cost details parquet), on a local folder (the driver and the executors see the same paths:
-``local[N]`` or a shared file system).  What it refuses, each with the file named, rather than misread:
+What the raw path covers: **parquet** files whose mapping translates: AWS CUR 2.0, legacy CUR parquet and AWS
+FOCUS, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a shared file system).
+Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
+gives them; ``file_row_number`` is Spark's ``_metadata.row_index``, so line ids and source rows are local
+ingest's.  What it refuses, each with the file named, rather than misread:
 
 - CSV, CSV.gz, JSON/NDJSON, zip and tar files: the local reader does work in Python for them (encodings, line
   endings, delimiter and decimal-comma sniffing, duplicate headers) that the SQL does not; ingest them locally;
-- slash dates held as text (``1/2/2026``): the local reader decides day or month first from the whole file;
-- tags held as JSON text (Spark has no ``json_valid``): map-typed tag columns are read;
+- Azure and GCP parquet: their mappings read nested and tag columns as JSON text (``json_transform``,
+  ``json_valid``), which Spark SQL lacks; Spark's analysis names the function and the file;
+- slash dates held as text (``1/2/2026``): the local reader decides day or month first from the whole file,
+  so such a value fails the run (``raise_error``) naming the file;
 - price files (``billing-audit prices``): an engine holds no price references;
 - two exports delivering the same provider x billing account x period (local ingest counts their shared lines
   once, by the ``[exports]`` policy): refused naming the slice and both exports;
 - ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
+
+Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.
 """
 
 from __future__ import annotations
