@@ -39,8 +39,11 @@ def session(master: str = "local[*]") -> Any:
 
 
 def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
+    builder = SparkSession.builder
+    if master:  # "": the master spark-submit set
+        builder = builder.master(master)
     return (
-        SparkSession.builder.master(master).appName("billing-audit")
+        builder.appName("billing-audit")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("BILLING_AUDIT_SPARK_PARTITIONS", "8"))

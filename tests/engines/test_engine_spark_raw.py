@@ -161,3 +161,45 @@ def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path
     assert out.count("refused: ") == 2 and out.count("reads parquet only") == 2 and str(csv_folder) in out
     assert out.rstrip().endswith("2 of 4 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
     assert not (tmp_path / "d.duckdb").exists() and not (tmp_path / "audit-report").exists()  # nothing written
+
+
+def _spark_home() -> Path | None:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    return home if (home / "bin" / "spark-submit").exists() else None
+
+
+def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    home = _spark_home()
+    assert home is not None, "pyspark ships bin/spark-submit"
+    monkeypatch.chdir(tmp_path)
+    folder = FIXTURES / "aws" / "cur2"
+    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "BILLING_AUDIT_SPARK_PARTITIONS": "2"}
+    job = subprocess.run([str(home / "bin" / "spark-submit"), "--master", MASTER, raw.__file__.replace("raw.py", "submit.py"),
+                          "--db", "s.duckdb", "--config", str(CFG_PATH), str(folder)],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.startswith("spark run 1 over ") and "aggregate rows stored in s.duckdb" in job.stdout
+    runner = CliRunner()
+    common = ["--config", str(CFG_PATH), "--format", "json"]
+    remote = runner.invoke(main, ["report", "--db", "s.duckdb", "--engine", "spark", "--source", "raw",
+                                  "--spark-raw", str(folder), *common, "--out", "remote.json"])
+    assert remote.exit_code == 0, remote.output
+    assert "using spark run 1 (same source, period, basis, config and rules)" in remote.output  # no second Spark run
+    local = runner.invoke(main, ["audit", str(folder), "--db", "a.duckdb", "--out", "local", "--config", str(CFG_PATH),
+                                 "-q"])
+    assert local.exit_code == 0, local.output
+    assert runner.invoke(main, ["report", "--db", "a.duckdb", *common, "--out", "local.json"]).exit_code == 0
+    docs = [json.loads(Path(n).read_text(encoding="utf-8")) for n in ("local.json", "remote.json")]
+    for d in docs:
+        d.pop("generated_at", None)
+    assert docs[0] == docs[1] and docs[0]["jobs"]
+    bad = subprocess.run([sys.executable, "-m", "connectors.spark.submit", "--db", "x.duckdb", str(tmp_path / "none")],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --spark-raw: no such file or folder") and \
+        "Traceback" not in bad.stderr
