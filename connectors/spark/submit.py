@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    import billing_audit
+    from billing_audit import store as stores
     from billing_audit.config import load_config
     from billing_audit.engines import engine, run_engine
     from billing_audit.rules import load_rules
@@ -58,14 +58,14 @@ def _main(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.paths]
     opts = SparkOptions(spark_master=args.master or ("" if "SPARK_ENV_LOADED" in os.environ else "local[*]"),
-                        spark_source="raw", spark_raw=os.pathsep.join(str(p) for p in paths))
+                        spark_lines=None, spark_source="raw", spark_raw=os.pathsep.join(str(p) for p in paths))
     if args.dry_run:
         print(engine("spark").dry_run(opts))
         return 0
     cfg = load_config(args.config)
     rules = load_rules().rules
     checkpoint = cfg.checkpoint_settings()
-    with billing_audit.open(args.db) as store:
+    with stores.open(args.db) as store:
         run_id = run_engine(store, "spark", rules, cfg, args.period, args.cost_basis,
                             checkpoint_params(rules, checkpoint), checkpoint, options=opts)
         n = store.con.execute("SELECT count(*) FROM engine_results WHERE run_id = ?", [run_id]).fetchone()
