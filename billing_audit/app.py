@@ -602,6 +602,27 @@ class AuditResult:
     tagged: Any = None  # the tag step's tagging.TagResult (local engine); .unchanged: nothing was redone
 
 
+def audit_dry_run(paths: Sequence[str | Path], engine: str, engine_options: EngineOptions | None = None) -> str:
+    """What ``audit PATHS --engine ENGINE`` would read (an engine that reads the export files itself, as
+    spark --source raw): the deliveries, kept or superseded, and their sizes; nothing is written."""
+    from billing_audit.engines import engine as get_engine
+    from billing_audit.engines import options_from_flat
+
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
+    if engine == "duckdb":
+        raise BillingAuditError("--dry-run: only for an engine that reads the export files itself "
+                                "(--engine spark --source raw)")
+    eng = get_engine(engine)
+    opts = engine_options or options_from_flat(engine)
+    text = eng.dry_run(eng.with_paths(opts, list(paths))) if eng.reads_paths(opts) else None
+    if text is None:
+        raise BillingAuditError(f"--dry-run: --engine {engine} with these options reads no export files "
+                                "(--engine spark --source raw does)")
+    return text
+
+
 def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
@@ -623,7 +644,17 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     if missing:
         raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
     cfg = load_config(config_path)
-    ingested = ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait, follow_outside=follow_outside)
+    reads_paths = False
+    if engine != "duckdb":  # an engine that reads the export files itself (spark --source raw): no local ingest
+        from billing_audit.engines import engine as get_engine
+        from billing_audit.engines import options_from_flat
+
+        eng = get_engine(engine)
+        opts = engine_options or options_from_flat(engine)
+        if eng.reads_paths(opts):
+            reads_paths, engine_options = True, eng.with_paths(opts, list(paths))
+    ingested = IngestReport() if reads_paths else ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait,
+                                                         follow_outside=follow_outside)
     if on_ingested:
         on_ingested(ingested)
     run: EngineRun | None = None

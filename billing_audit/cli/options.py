@@ -227,7 +227,7 @@ basis_option = click.option(
 
 
 # -- engines ------------------------------------------------------------------------------------------------------
-ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "bq_table", "bq_project", "bq_endpoint",
+ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "spark_source", "spark_raw", "bq_table", "bq_project", "bq_endpoint",
                   "max_bytes_billed", "athena_table", "athena_kind", "athena_workgroup", "athena_output",
                   "aws_profile", "aws_region", "aws_endpoint")
 
@@ -251,6 +251,14 @@ def engine_options(f: Any) -> Any:
         click.option("--spark-lines", metavar="PATH|TABLE",
                      help="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
                           "lines, written next to it as by `billing-audit lines-export`)."),
+        click.option("--source", "spark_source", type=click.Choice(["lines", "raw"]), default="lines",
+                     show_default=True,
+                     help="Spark: `lines` (canonical lines: --spark-lines or the store's) or `raw` (the providers' "
+                          "parquet export files, grouped into deliveries and mapped as local ingest does; "
+                          "`audit PATHS --source raw` reads PATHS without ingesting them)."),
+        click.option("--spark-raw", metavar="FOLDER",
+                     help="Spark: the export folder --source raw reads (several: joined by the path separator, "
+                          "':' on Linux); `audit` takes its PATHS."),
         click.option("--bq-table", metavar="PROJECT.DATASET.TABLE", help="BigQuery: the GCP billing export table."),
         click.option("--bq-project", help="BigQuery: the project that runs the query (default: the table's)."),
         click.option("--bq-endpoint", metavar="URL", help="BigQuery: another API endpoint (tests, proxies)."),

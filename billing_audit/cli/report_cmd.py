@@ -194,10 +194,13 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
 @bom_option
 @follow_outside_option
 @click.option("--force", is_flag=True, help="Re-tag even when nothing changed since the last tag run.")
+@click.option("--dry-run", is_flag=True,
+              help="With --engine spark --source raw: list the deliveries it would read, kept or superseded, and "
+                   "their sizes; nothing is audited or written.")
 @handle_errors
 def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str | None, out_dir: str,
-          cost_basis: str, fail_on: tuple[str, ...], by: str, top: int, all_rows: bool, quiet: bool, engine_opts: dict[str, Any], wait: float,
-          follow_outside: bool, force: bool) -> None:
+          cost_basis: str, fail_on: tuple[str, ...], by: str, top: int, all_rows: bool, quiet: bool,
+          engine_opts: dict[str, Any], wait: float, follow_outside: bool, force: bool, dry_run: bool) -> None:
     """The monthly audit in one command: ingest PATHS, tag, report, write four files.
 
     Writes report.html, report.json, jobs.csv and teams.csv to --out and prints
@@ -209,9 +212,13 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
       billing-audit audit fixtures/ --db demo.duckdb --out demo-report
       billing-audit audit exports/2026-10/ --period 2026-10 --config billing-audit.toml
       billing-audit audit fixtures/ --engine spark --out spark-report
+      billing-audit audit lake/exports/ --engine spark --source raw --dry-run
       billing-audit audit exports/2026-10/ --wait 120    # wait for readers to close the store
     """
     engine, options = engine_settings(engine_opts)
+    if dry_run:
+        click.echo(app.audit_dry_run(paths, engine, options))
+        return
     with Bars() as bars:
         def ingested(r: IngestReport) -> None:
             bars.stop()

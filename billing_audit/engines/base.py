@@ -55,6 +55,20 @@ class Engine(ABC):
         a warehouse engine reads the provider's table and only keeps its aggregates in the store."""
         return False
 
+    def reads_paths(self, options: Any) -> bool:
+        """Whether a run reads the export files named to ``audit`` itself (then ``audit`` does not ingest them
+        locally but hands them to :meth:`with_paths`)."""
+        return False
+
+    def with_paths(self, options: Any, paths: Sequence[Any]) -> Any:
+        """The options with the export paths ``audit`` was given (engines whose :meth:`reads_paths`)."""
+        return options
+
+    def dry_run(self, options: Any) -> str | None:
+        """What a run with these options would read, in words, without running the audit (None: the engine
+        has no dry run for these options)."""
+        return None
+
     @abstractmethod
     def source(self, store: Store, options: Any) -> str | None:
         """What a run with these options reads (None when the options do not say yet)."""

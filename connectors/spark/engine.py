@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -39,8 +39,11 @@ def session(master: str = "local[*]") -> Any:
 
 
 def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
+    builder = SparkSession.builder
+    if master:  # "": the master spark-submit set
+        builder = builder.master(master)
     return (
-        SparkSession.builder.master(master).appName("billing-audit")
+        builder.appName("billing-audit")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("BILLING_AUDIT_SPARK_PARTITIONS", "8"))
@@ -75,13 +78,17 @@ def check_rules(spark: Any, rule_sql: dict[str, str], paths: dict[str, str]) -> 
 
 
 def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
-        rule_sql: dict[str, str] | None = None, rule_paths: dict[str, str] | None = None) -> list[tuple[Any, ...]]:
+        rule_sql: dict[str, str] | None = None, rule_paths: dict[str, str] | None = None,
+        frame: Any = None) -> list[tuple[Any, ...]]:
     """Run the audit steps (Spark SQL) with `lines` (a parquet folder, or a catalog table name) as
-    line_items: each step a temp view, the ones read more than once cached; returns the last step's rows."""
+    line_items: each step a temp view, the ones read more than once cached; returns the last step's rows.
+    `frame`: the lines as a DataFrame already (the raw exports mapped: ``connectors.spark.raw``)."""
     from billing_audit.engines.pipeline import CACHED_STEPS
 
     spark = session(master)
-    if Path(lines).exists():  # absolute: the JVM's working folder is where it started, not ours
+    if frame is not None:
+        df = frame
+    elif Path(lines).exists():  # absolute: the JVM's working folder is where it started, not ours
         try:
             df = spark.read.option("mergeSchema", "true").parquet(str(Path(lines).resolve()))
         except Exception as e:  # noqa: BLE001
@@ -112,6 +119,11 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
             step.createOrReplaceTempView(name)
         rows = spark.sql(steps[-1][1]).collect()
     except Exception as e:  # noqa: BLE001
+        from connectors.spark.raw import refusal
+
+        found = refusal(str(e))  # a value an export file's mapping refused (the raw path maps as it runs)
+        if found is not None:
+            raise found from None
         raise BillingAuditError(f"Spark could not run the audit query: {_reason(e)}") from None
     finally:
         for step in cached:
@@ -129,6 +141,18 @@ class SparkOptions(EngineOptions):
         None, description="Spark: canonical lines as a parquet folder or catalog table (default: the store's "
                           "lines, written next to it as by `billing-audit lines-export`).",
         json_schema_extra={"flag": "--spark-lines", "metavar": "PATH|TABLE"})
+    spark_source: Literal["lines", "raw"] = Field(
+        "lines", description="Spark: `lines` (canonical lines: --spark-lines or the store's) or `raw` (the providers' "
+                             "parquet export files, grouped into deliveries and mapped as local ingest does; "
+                             "`audit PATHS --source raw` reads PATHS without ingesting them).",
+        json_schema_extra={"flag": "--source"})
+    spark_raw: str | None = Field(
+        None, description="Spark: the export folder --source raw reads (several: joined by the path separator, "
+                          "':' on Linux); `audit` takes its PATHS.",
+        json_schema_extra={"flag": "--spark-raw", "metavar": "FOLDER"})
+
+    def raw_paths(self) -> list[Path]:
+        return [Path(p) for p in (self.spark_raw or "").split(os.pathsep) if p]
 
 
 class SparkEngine(Engine):
@@ -140,10 +164,50 @@ class SparkEngine(Engine):
 
     def reads_store(self, options: Any) -> bool:
         assert isinstance(options, SparkOptions)
-        return options.spark_lines is None  # the store's lines, written next to it for Spark
+        # the store's lines, written next to it for Spark (unless the lines are given, or the raw exports)
+        return options.spark_lines is None and options.spark_source == "lines"
+
+    def reads_paths(self, options: Any) -> bool:
+        assert isinstance(options, SparkOptions)
+        return options.spark_source == "raw"
+
+    def with_paths(self, options: Any, paths: Sequence[str | Path]) -> SparkOptions:
+        assert isinstance(options, SparkOptions)
+        return options.model_copy(update={"spark_raw": os.pathsep.join(str(p) for p in paths)})
+
+    def dry_run(self, options: Any) -> str | None:
+        """--source raw: the deliveries a run would read, which are kept or superseded (Spark reads only the
+        columns that decide it), which are refused, and their sizes."""
+        assert isinstance(options, SparkOptions)
+        if options.spark_source != "raw":
+            return None
+        from connectors.spark import raw
+
+        plan = raw.plan(self._raw_paths(options))
+        kept = None
+        if plan.readable:
+            spark = session(options.spark_master)
+            spark.sparkContext.setLogLevel("ERROR")
+            try:
+                kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan))
+            except BillingAuditError as e:  # a file Spark cannot map, an overlap: said, beside the plan
+                return raw.describe(plan, None) + f"\nSpark cannot settle the slices: {e}"
+        return raw.describe(plan, kept)
+
+    @staticmethod
+    def _raw_paths(options: SparkOptions) -> list[Path]:
+        paths = options.raw_paths()
+        if not paths:
+            raise BillingAuditError("--source raw: name the export folder (--spark-raw FOLDER, or audit's PATHS)")
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise BillingAuditError(f"--spark-raw: no such file or folder: {', '.join(missing)} (nothing was audited)")
+        return paths
 
     def source(self, store: Store, options: Any) -> str:
         assert isinstance(options, SparkOptions)
+        if options.spark_source == "raw":
+            return "raw:" + os.pathsep.join(str(p.resolve()) for p in options.raw_paths())
         return options.spark_lines or str(store.path) + ".lines"
 
     def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
@@ -152,6 +216,8 @@ class SparkEngine(Engine):
 
         assert isinstance(options, SparkOptions)
         steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
+        if options.spark_source == "raw":
+            return self._run_raw(steps, rules, params, options, self.source(store, options))
         lines = options.spark_lines
         if lines is None:
             lines = self.source(store, options)
@@ -159,3 +225,29 @@ class SparkEngine(Engine):
         rule_sql = pipeline.check_rules(rules, "spark", params)
         rows = run(steps, lines, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules})
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, lines)
+
+    def _run_raw(self, steps: list[tuple[str, str]], rules: Sequence[Rule], params: dict[str, Any],
+                 options: SparkOptions, source: str) -> EngineRunResult:
+        from billing_audit.engines import pipeline
+        from connectors.spark import raw
+
+        if options.spark_lines:
+            raise BillingAuditError("--source raw reads the export files: --spark-lines does not apply")
+        paths = self._raw_paths(options)
+        rule_sql = pipeline.check_rules(rules, "spark", params)
+        plan = raw.plan(paths)
+        raw.refuse_errors(plan)
+        spark = session(options.spark_master)
+        spark.sparkContext.setLogLevel("ERROR")
+        lines = raw.mapped_lines(spark, plan)
+        kept = raw.keep_newest(spark, plan, lines)
+        # the kept lines materialised once: the audit's steps then plan over a small relation, not the mappings
+        try:
+            frame = raw.kept_lines(lines, kept).localCheckpoint(eager=True)
+        except Exception as e:  # noqa: BLE001 - a value a mapping refused
+            raise raw.input_error(e) from None
+        try:
+            rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame)
+        finally:
+            frame.unpersist(blocking=True)
+        return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, source)

@@ -16,7 +16,7 @@ from billing_audit.errors import BillingAuditError
 from billing_audit.rules import load_rules
 from support import FIXTURES
 
-TODAY = {"--spark-master", "--spark-lines", "--bq-table", "--bq-project", "--bq-endpoint", "--max-bytes-billed",
+TODAY = {"--spark-master", "--spark-lines", "--source", "--spark-raw", "--bq-table", "--bq-project", "--bq-endpoint", "--max-bytes-billed",
          "--athena-table", "--athena-kind", "--athena-workgroup", "--athena-output", "--aws-profile", "--aws-region",
          "--aws-endpoint"}
 
@@ -70,7 +70,8 @@ def test_options_from_the_flat_cli_dict() -> None:
             "aws_region": None, "aws_endpoint": None}
     bq = engines.options_from_flat("bigquery", flat)
     assert bq.model_dump() == {"bq_table": "p.d.t", "bq_project": None, "bq_endpoint": None, "max_bytes_billed": 10}
-    assert engines.options_from_flat("spark", flat).model_dump() == {"spark_master": "local[*]", "spark_lines": None}
+    assert engines.options_from_flat("spark", flat).model_dump() == {"spark_master": "local[*]", "spark_lines": None,
+                                                                      "spark_source": "lines", "spark_raw": None}
     assert engines.options_from_flat("duckdb", flat).model_dump() == {}
     with pytest.raises(BillingAuditError, match="--athena-kind 'legacy'"):
         engines.options_from_flat("athena", {"athena_kind": "legacy"})

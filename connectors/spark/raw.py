@@ -1,0 +1,535 @@
+"""Spark over the providers' raw export files: the deliveries and mappings local ingest uses, run by Spark.
+
+``billing-audit audit FOLDER --engine spark --source raw`` reads the export files where they are instead of
+the store's canonical lines:
+
+1. **On the driver**, the files are grouped into deliveries by the same code local ingest uses
+   (:func:`billing_audit.deliveries.group`: manifests, folder layouts, folder stamps), and each file's
+   columns are probed and its format detected by the same functions (:func:`billing_audit.reader.probe_columns`,
+   :func:`billing_audit.reader.detect`, the formats' own ``detect()``).
+2. The mapping is the same SQL: :meth:`billing_audit.reader.MappedFile.mapped_sql` (the format's ``render()``
+   over the typed ``src`` relation, then the canonical columns), with the reader's DuckDB macros
+   (``ba_num``, ``ba_ts``, ``ba_tags``, ...) inlined on the syntax tree and the whole translated to Spark SQL
+   by :func:`billing_audit.engines.portable.to_engine`.  DuckDB's ``error()`` becomes Spark's ``raise_error``,
+   so a value local ingest refuses (an unreadable number, an implausible date, a missing required amount) fails
+   the run here too, naming the file (and the row and column where the mapping names them).
+3. **Newest per slice**, as the store keeps it: each delivery's slices (provider x billing account x billing
+   period) and the times its rows carry (``x_ExportTime``, the latest ``ChargePeriodEnd``) come back to the
+   driver as a small aggregate; the driver orders the deliveries of each export with
+   :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
+   slice's newest delivery.
+
+What the raw path covers: **parquet** files whose mapping translates: AWS CUR 2.0, legacy CUR parquet and AWS
+FOCUS, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a shared file system).
+Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
+gives them; ``file_row_number`` is Spark's ``_metadata.row_index``, so line ids and source rows are local
+ingest's.  What it refuses, each with the file named, rather than misread:
+
+- CSV, CSV.gz, JSON/NDJSON, zip and tar files: the local reader does work in Python for them (encodings, line
+  endings, delimiter and decimal-comma sniffing, duplicate headers) that the SQL does not; ingest them locally;
+- Azure and GCP parquet: their mappings read nested and tag columns as JSON text (``json_transform``,
+  ``json_valid``), which Spark SQL lacks; Spark's analysis names the function and the file;
+- slash dates held as text (``1/2/2026``): the local reader decides day or month first from the whole file,
+  so such a value fails the run (``raise_error``) naming the file;
+- price files (``billing-audit prices``): an engine holds no price references;
+- two exports delivering the same provider x billing account x period (local ingest counts their shared lines
+  once, by the ``[exports]`` policy): refused naming the slice and both exports;
+- ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
+
+Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from sqlglot import exp
+
+from billing_audit import deliveries as dl
+from billing_audit import formats as fm
+from billing_audit import reader
+from billing_audit.engines.portable import NotPortable, parse, to_engine
+from billing_audit.errors import BillingAuditError, InputError
+from billing_audit.sql import lit
+
+VIEW = "ba_raw_file"  # the Spark view a file's mapping reads in place of DuckDB's read_parquet(...)
+
+_MACRO = re.compile(r"CREATE OR REPLACE TEMP MACRO (\w+)\((.*?)\) AS \((.*)\)\s*$", re.S)
+
+
+@dataclass(frozen=True)
+class _Macro:
+    params: tuple[tuple[str, exp.Expression | None], ...]  # name, default
+    body: exp.Expression
+
+
+def _scalar(sql: str) -> exp.Expression:
+    select = parse(f"SELECT {sql}", "duckdb")
+    assert isinstance(select, exp.Select)
+    first = select.selects[0]
+    assert isinstance(first, exp.Expression)
+    return first
+
+
+@functools.cache
+def macros() -> dict[str, _Macro]:
+    """The reader's DuckDB macros (``billing_audit.reader.MACROS``) as syntax trees, by name."""
+    out = {}
+    for text in reader.MACROS:
+        m = _MACRO.match(text.strip())
+        assert m, f"reader macro changed shape: {text[:60]}"
+        params = []
+        for p in m.group(2).split(","):
+            name, _, default = p.partition(":=")
+            params.append((name.strip(), _scalar(default) if default.strip() else None))
+        out[m.group(1)] = _Macro(tuple(params), _scalar(f"({m.group(3)})"))
+    return out
+
+
+def _expand(call: exp.Anonymous, macro: _Macro) -> exp.Expression:
+    args: dict[str, exp.Expression] = {}
+    positional = [a for a in call.expressions if not isinstance(a, exp.PropertyEQ)]
+    for (name, _), a in zip(macro.params, positional, strict=False):
+        args[name] = a
+    for a in call.expressions:
+        if isinstance(a, exp.PropertyEQ):
+            args[a.this.name] = a.expression
+    for name, default in macro.params:
+        if name not in args:
+            if default is None:
+                raise NotPortable(f"macro {call.name}: no value for {name}")
+            args[name] = default
+    body = copy.deepcopy(macro.body)
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not node.table and node.name in args:
+            return exp.Paren(this=copy.deepcopy(args[node.name]))
+        return node
+
+    return body.transform(sub)
+
+
+def inline_macros(tree: exp.Expression) -> exp.Expression:
+    """Every call of a reader macro replaced by its body (macros calling macros: until none is left)."""
+    known = macros()
+    for _ in range(20):
+        calls = [n for n in tree.find_all(exp.Anonymous) if n.name.lower() in known]
+        if not calls:
+            return tree
+        for n in calls:
+            n.replace(_expand(n, known[n.name.lower()]))
+    raise NotPortable("reader macros nest too deep")
+
+
+REFUSED_SLASH = "slash dates held as text are not read by the raw Spark path (ingest the file locally)"
+
+
+def _refuse_slash(value: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="RAISE_ERROR", expressions=[
+        exp.DPipe(this=exp.Literal.string(REFUSED_SLASH + ": "),
+                  expression=exp.Cast(this=value.copy(), to=exp.DataType.build("TEXT")))])
+
+
+_JAVA_TIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
+
+
+def _java_format(fmt: str) -> str:
+    """A DuckDB strptime format of plain fields as Spark's datetime pattern; anything else does not translate."""
+    parts = re.split(r"(%.)", fmt)
+    out = []
+    for p in parts:
+        if p.startswith("%"):
+            if p not in _JAVA_TIME:
+                raise NotPortable(f"strptime format {fmt!r}: {p} has no Spark pattern here")
+            out.append(_JAVA_TIME[p])
+        elif p:
+            if re.search(r"[A-Za-z']", p):
+                raise NotPortable(f"strptime format {fmt!r}: literal text does not translate")
+            out.append(p)
+    return "".join(out)
+
+
+def _spark_node(n: exp.Expression) -> exp.Expression | None:
+    if isinstance(n, exp.Anonymous) and n.name.lower() == "error":
+        return exp.Anonymous(this="RAISE_ERROR", expressions=[e.copy() for e in n.expressions])
+    if isinstance(n, exp.Anonymous) and n.name.lower() == "try_strptime":
+        value, fmt = n.expressions[0], n.expressions[1]
+        if isinstance(fmt, exp.Literal) and fmt.is_string:
+            return exp.Anonymous(this="TRY_TO_TIMESTAMP",
+                                 expressions=[value.copy(), exp.Literal.string(_java_format(fmt.name))])
+        return _refuse_slash(value)  # a list of slash formats: ba_try_ts
+    if isinstance(n, exp.Anonymous) and n.name.lower() == "list_sum" and len(n.expressions) == 1:
+        # DuckDB's list_sum skips NULLs and is NULL for no values; the mappings sum money (DECIMAL(38,12))
+        lst = n.expressions[0].sql(dialect="spark")
+        return parse(f"CASE WHEN SIZE(FILTER({lst}, v -> v IS NOT NULL)) = 0 THEN NULL ELSE AGGREGATE(FILTER({lst}, "
+                     f"v -> v IS NOT NULL), CAST(0 AS DECIMAL(38,12)), (a, b) -> CAST(a + b AS DECIMAL(38,12))) END",
+                     "spark")
+    if isinstance(n, exp.ToMap) and isinstance(n.this, exp.Struct) and not n.this.expressions:
+        return exp.Anonymous(this="MAP", expressions=[])
+    if (isinstance(n, exp.Bracket) and len(n.expressions) == 1 and n.expressions[0].is_int
+            and not (isinstance(n.this, exp.Column) and n.this.name.lower() == "tags")):
+        # list[k] past the end is NULL in DuckDB, an error under ANSI Spark; sqlglot keeps indexes 0-based
+        return exp.Anonymous(this="TRY_ELEMENT_AT",
+                             expressions=[n.this.copy(), exp.Literal.number(int(n.expressions[0].name) + 1)])
+    return None
+
+
+def _spark_rewrites(tree: exp.Expression) -> exp.Expression:
+    """What sqlglot leaves as DuckDB: error() -> raise_error(), MAP {} -> map(), list[k] -> try_element_at,
+    try_strptime with one plain format -> try_to_timestamp, and slash-date parsing (decided per file by the
+    local reader) refused.  Children first, so a rewritten node carries its rewritten arguments."""
+    for node in reversed(list(tree.walk(bfs=False))):
+        assert isinstance(node, exp.Expression)
+        new = _spark_node(node)
+        if new is not None:
+            if node is tree:
+                tree = new
+            else:
+                node.replace(new)
+    return tree
+
+
+def _swap_reader(tree: exp.Expression, view: str) -> exp.Expression:
+    found = False
+    for t in list(tree.find_all(exp.Table)):
+        if isinstance(t.this, exp.ReadParquet) or "read_parquet" in t.sql(dialect="duckdb").lower():
+            t.replace(exp.Table(this=exp.to_identifier(view), alias=t.args.get("alias")))
+            found = True
+    if not found:
+        raise NotPortable("the mapping reads no parquet file")
+    return tree
+
+
+FILE_MARK = "billing-audit file|"  # raise_error's message starts with it, the file, "|" and the reader's message
+
+
+def spark_mapping(duck_sql: str, view: str = VIEW, display: str = "") -> str:
+    """A file's DuckDB mapping SELECT (``MappedFile.mapped_sql``) as Spark SQL over the view ``view``; a value
+    the mapping refuses raises an error naming ``display`` (see :func:`refusal`)."""
+    tree = parse(duck_sql, "duckdb")
+    tree = _swap_reader(tree, view)
+    tree = inline_macros(tree)
+    tree = _spark_rewrites(tree)
+    for n in list(tree.find_all(exp.Anonymous)):
+        if n.name.upper() == "RAISE_ERROR" and n.expressions:
+            n.set("expressions", [exp.DPipe(this=exp.Literal.string(FILE_MARK + display + "|"),
+                                            expression=n.expressions[0])])
+    return to_engine(tree, "spark")
+
+
+_REFUSED = re.compile(re.escape(FILE_MARK) + r"(.*?)\|(.*)")
+
+
+def refusal(message: str) -> InputError | None:
+    """The file, row and column a Spark failure names when a mapping refused a value (None: not a refusal)."""
+    m = _REFUSED.search(message)
+    if not m:
+        return None
+    display, rest = m.group(1), m.group(2).split(" SQLSTATE")[0].strip().rstrip(".")
+    row = re.match(re.escape(fm.ROW_ERROR) + r"\|(\d+)\|([^|]*)\|(.*)", rest)
+    if row:
+        return InputError(display, row.group(3), row=int(row.group(1)), column=row.group(2))
+    return InputError(display, rest)
+
+
+# -- the plan: deliveries, kept files, their mappings (on the driver) -----------------------------------------------
+@dataclass
+class RawFile:
+    path: Path
+    display: str
+    size: int
+    format: str
+    sql: str  # the Spark mapping over the view ``view``
+    view: str
+    partitions: dict[str, tuple[str, str]]  # hive partition column -> (value, DuckDB type), as DuckDB reads them
+
+
+@dataclass
+class RawDelivery:
+    delivery: dl.Delivery
+    index: int
+    files: list[RawFile] = field(default_factory=list)
+    error: InputError | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(f.stat().st_size for f in self.delivery.files)
+
+
+@dataclass
+class Plan:
+    """What a raw run reads: every delivery found (oldest first, as local ingest orders them), the errors."""
+
+    deliveries: list[RawDelivery]
+    errors: list[InputError]
+
+    @property
+    def readable(self) -> list[RawDelivery]:
+        return [d for d in self.deliveries if d.error is None]
+
+
+NOT_PARQUET = ("the raw Spark path reads parquet only (CSV, JSON and archives need the local reader's sniffing: "
+               "ingest them with `billing-audit ingest`)")
+
+
+def _partitions(path: Path, cols: dict[str, str], own: set[str]) -> dict[str, tuple[str, str]]:
+    """The hive partition columns DuckDB adds from the path (``BILLING_PERIOD=2026-10``), with their values."""
+    values = {}
+    for part in path.parts[:-1]:
+        k, eq, v = part.partition("=")
+        if eq:
+            values[k] = v
+    return {c: (values[c], t) for c, t in cols.items() if c not in own and c in values}
+
+
+def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
+    """Group the files under ``paths`` into deliveries exactly as local ingest does and map each file of each
+    delivery (a delivery that cannot be read whole is reported and not read, as locally)."""
+    from billing_audit import pricing
+
+    aside: list[Path] = []
+    deliveries, errors = dl.group(paths, follow_outside=follow_outside, set_aside=pricing.is_price_file, aside=aside)
+    errors = list(errors)
+    for p in aside:
+        errors.append(InputError(reader.display_name(p), "a price reference: an engine holds no price references "
+                                                         "(load it with `billing-audit ingest`); not read"))
+    for root in paths:  # archives: local ingest unpacks them; here they are refused, never passed over
+        for q in ([root] if root.is_file() else sorted(root.rglob("*"))):
+            if q.is_file() and reader.is_tarball(q):
+                errors.append(InputError(reader.display_name(q), NOT_PARQUET))
+    out = []
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    reader.install_macros(con)
+    try:
+        for i, d in enumerate(deliveries):
+            rd = RawDelivery(d, i)
+            out.append(rd)
+            try:
+                for j, f in enumerate(d.files):
+                    rd.files.append(_map_file(con, d, f, f"ba_raw_{i}_{j}"))
+            except InputError as e:
+                rd.error = e
+                rd.files = []
+    finally:
+        con.close()
+    return Plan(out, errors)
+
+
+def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str) -> RawFile:
+    display = reader.display_name(f)
+    kind = reader.file_kind(f)
+    if kind != "parquet" or f.name.lower().endswith(".zip"):
+        raise InputError(display, NOT_PARQUET)
+    cols = reader.probe_columns(con, f, display, kind)
+    fmt = reader.detect(cols, kind, display)
+    if not d.export:  # as local ingest: the export its layout says, else the delivery's own
+        d.export = fmt.export_of(f) or d.key
+    mf = reader.MappedFile(f, display, kind, fmt, cols)
+    duck = mf.mapped_sql(con, fp=d.fingerprints()[f], ingest_id=0)
+    own = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({lit(str(f))}, "
+                                     "hive_partitioning = false)").fetchall()}
+    try:
+        sql = spark_mapping(duck, view, display)
+    except NotPortable as e:
+        raise InputError(display, f"its {fmt.id} mapping does not translate to Spark: {e}") from None
+    return RawFile(f, display, f.stat().st_size, fmt.id, sql, view, _partitions(f, cols, own))
+
+
+# -- on Spark: the mapped lines, newest delivery per slice ----------------------------------------------------------
+_SPARK_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "INTEGER": "int", "DATE": "date", "DOUBLE": "double",
+                "TIMESTAMP": "timestamp", "BOOLEAN": "boolean"}
+
+
+def _file_frame(spark: Any, f: RawFile) -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    df = spark.read.parquet(str(f.path.resolve()))
+    for col, (value, typ) in f.partitions.items():
+        if typ not in _SPARK_TYPES:
+            raise InputError(f.display, f"partition column {col}={value} read as {typ}: not mapped on Spark")
+        df = df.withColumn(col, F.lit(value).cast(_SPARK_TYPES[typ]))
+    return df.select("*", F.col("_metadata.row_index").alias("file_row_number"))
+
+
+@dataclass
+class Slice:
+    provider: str
+    account: str | None
+    period: Any  # datetime | None
+    lines: int
+    delivery: int  # RawDelivery.index
+
+
+@dataclass
+class Kept:
+    """Which delivery each slice's lines come from, and the slices of older deliveries left out."""
+
+    kept: list[Slice]
+    superseded: list[Slice]
+
+
+def _reason(e: Exception) -> str:
+    from connectors.spark.engine import _reason as reason
+
+    return reason(e)
+
+
+def mapped_lines(spark: Any, p: Plan) -> Any:
+    """Every readable delivery's lines, mapped to canonical columns, with ``_ba_delivery`` (its index)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    frames = []
+    for d in p.readable:
+        for f in d.files:
+            try:
+                _file_frame(spark, f).createOrReplaceTempView(f.view)
+                frames.append(spark.sql(f.sql).withColumn("_ba_delivery", F.lit(d.index)))
+            except InputError:
+                raise
+            except Exception as e:  # noqa: BLE001 - Spark's AnalysisException: the file cannot be mapped here
+                raise InputError(f.display, f"Spark cannot map it as {f.format}: {_reason(e)}") from None
+    if not frames:
+        raise BillingAuditError("no export file Spark can read was found (see the errors above)")
+    out = frames[0]
+    for fr in frames[1:]:
+        out = out.unionByName(fr)
+    return out
+
+
+def keep_newest(spark: Any, p: Plan, lines: Any) -> Kept:
+    """Newest delivery per export x provider x billing account x period, decided as the store decides it
+    (:meth:`billing_audit.store.Store._settle_slices`): the deliveries in ingest order, each slice kept by
+    the later one unless the one holding it is strictly newer (``deliveries.order_key``); a delivery dated only
+    by its files' times is dated by its rows (the newest ``x_ExportTime``, else the latest ``ChargePeriodEnd``)."""
+    try:
+        rows = lines.groupBy("_ba_delivery", "x_Provider", "BillingAccountId", "BillingPeriodStart").agg(
+            {"*": "count", "x_ExportTime": "max", "ChargePeriodEnd": "max"}).collect()
+    except Exception as e:  # noqa: BLE001 - a value a mapping refused, or a file Spark cannot read
+        raise input_error(e) from None
+    by_delivery: dict[int, list[Any]] = {}
+    for r in rows:
+        by_delivery.setdefault(int(r["_ba_delivery"]), []).append(r)
+    owners: dict[tuple[str, str, str | None, Any], tuple[RawDelivery, Slice]] = {}
+    superseded: list[Slice] = []
+    for d in p.readable:
+        got = by_delivery.get(d.index, [])
+        dv = d.delivery
+        if dv.version_source == "file time":
+            export_time = max((r["max(x_ExportTime)"] for r in got if r["max(x_ExportTime)"] is not None), default=None)
+            usage = max((r["max(ChargePeriodEnd)"] for r in got if r["max(ChargePeriodEnd)"] is not None), default=None)
+            if export_time is not None:
+                dv.version, dv.version_source = export_time.replace(tzinfo=UTC), "export_time"
+            elif usage is not None:
+                dv.version, dv.version_source = usage.replace(tzinfo=UTC), "latest usage"
+        for r in got:
+            s = Slice(r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"], int(r["count(1)"]), d.index)
+            key = (dv.export, s.provider, s.account, s.period)
+            owner = owners.get(key)
+            if owner is not None and owner[0].delivery.key != dv.key and owner[0].delivery.order > dv.order:
+                superseded.append(s)
+                continue
+            if owner is not None:
+                superseded.append(owner[1])
+            owners[key] = (d, s)
+    kept = [s for _, s in owners.values()]
+    exports: dict[tuple[str, str | None, Any], list[str]] = {}
+    for (export, prov, acct, period), _ in owners.items():
+        exports.setdefault((prov, acct, period), []).append(export)
+    for (prov, acct, period), names in exports.items():
+        if len(names) > 1:
+            month = f"{period:%Y-%m}" if period else "?"
+            raise BillingAuditError(
+                f"exports {', '.join(repr(n) for n in sorted(names))} both deliver {prov} account {acct} {month}: "
+                "local ingest counts their shared lines once (the [exports] policy); the raw Spark path does not "
+                "settle overlaps: ingest them locally, or audit each export's folder on its own")
+    return Kept(kept, superseded)
+
+
+def input_error(e: Exception) -> BillingAuditError:
+    found = refusal(str(e))
+    return found or BillingAuditError(f"Spark could not read the export files: {_reason(e)}")
+
+
+def kept_lines(lines: Any, kept: Kept) -> Any:
+    """The lines of the kept slices only, without ``_ba_delivery``."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F  # noqa: N812
+
+    def one(s: Slice) -> Any:
+        period = F.lit(None).cast("timestamp") if s.period is None else F.lit(
+            s.period.strftime("%Y-%m-%d %H:%M:%S")).cast("timestamp")
+        return ((F.col("_ba_delivery") == s.delivery) & F.col("x_Provider").eqNullSafe(F.lit(s.provider))
+                & F.col("BillingAccountId").eqNullSafe(F.lit(s.account).cast("string"))
+                & F.col("BillingPeriodStart").eqNullSafe(period))
+
+    if not kept.kept:
+        raise BillingAuditError("the export files hold no lines")
+    cond = reduce(lambda a, b: a | b, [one(s) for s in kept.kept])
+    return lines.where(cond).drop("_ba_delivery")
+
+
+def refuse_errors(p: Plan) -> None:
+    """Every file the raw path cannot read, in one error (nothing is audited without them, nothing skipped)."""
+    errors = [*p.errors, *(d.error for d in p.deliveries if d.error is not None)]
+    if errors:
+        shown = "\n".join(f"  {e}" for e in errors[:20])
+        more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise BillingAuditError(f"--source raw: {len(errors)} file(s) cannot be read on Spark (nothing was audited):"
+                                f"\n{shown}{more}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def describe(p: Plan, kept: Kept | None) -> str:
+    """The dry run: each delivery, whether it is kept, superseded (per slice) or refused, its files and sizes."""
+    mine: dict[int, list[str]] = {}
+    gone: dict[int, list[str]] = {}
+    if kept is not None:
+        for s in kept.kept:
+            mine.setdefault(s.delivery, []).append(_slice_name(s))
+        for s in kept.superseded:
+            gone.setdefault(s.delivery, []).append(_slice_name(s))
+    out = []
+    total = 0
+    for d in p.deliveries:
+        dv = d.delivery
+        if d.error is not None:
+            status = f"refused: {d.error}"
+        elif kept is None:
+            status = "would read"
+        elif d.index in mine and d.index in gone:
+            status = f"kept for {', '.join(sorted(mine[d.index]))}; superseded for {', '.join(sorted(gone[d.index]))}"
+        elif d.index in mine:
+            status = f"kept: {', '.join(sorted(mine[d.index]))}"
+        else:
+            status = f"superseded by a newer delivery: {', '.join(sorted(gone.get(d.index, []))) or 'no lines'}"
+        size = d.size
+        total += size if d.error is None else 0
+        out.append(f"{dv.label}  [{dv.export or dv.key}; dated {dv.version:%Y-%m-%d %H:%M} by {dv.version_source}; "
+                   f"{len(dv.files)} file(s), {_size(size)}]\n    {status}")
+        for f in d.files:
+            out.append(f"    {f.display}  {f.format}  {_size(f.size)}")
+    for e in p.errors:
+        out.append(f"{e.file}\n    refused: {e.reason}")
+    out.append(f"{len(p.readable)} of {len(p.deliveries)} deliveries readable, {_size(total)} to read")
+    return "\n".join(out)
+
+
+def _slice_name(s: Slice) -> str:
+    month = f"{s.period:%Y-%m}" if s.period is not None else "no period"
+    return f"{s.provider} {s.account} {month} ({s.lines:,} lines)"

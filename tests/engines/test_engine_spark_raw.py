@@ -1,0 +1,205 @@
+"""Spark over the providers' raw parquet exports (``--source raw``, pyspark local[2]): the deliveries local ingest
+would keep, mapped by the formats' own SQL, give the same report as local ingest + audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+import billing_audit
+from billing_audit.cli import main
+from billing_audit.config import load_config
+from billing_audit.engines import run_engine
+from billing_audit.errors import BillingAuditError, InputError
+from billing_audit.report import build_report
+from billing_audit.rules import load_rules
+from connectors.spark import raw
+from support import FIXTURES
+
+os.environ.setdefault("BILLING_AUDIT_SPARK_PARTITIONS", "2")
+MASTER = "local[2]"
+CFG_PATH = FIXTURES / "scenarios" / "billing-audit.toml"
+CFG = load_config(CFG_PATH)
+RULES = load_rules().rules
+# every parquet fixture folder whose mapping translates (Azure and GCP parquet carry JSON text: refused, below)
+PARQUET = ["aws/cur2", "aws/cur-legacy-parquet", "focus/aws-focus-1.2", "aws/cur2-split", "aws/cur2-create-new"]
+SNAP = "exports/gpu-cur2-snap/data/BILLING_PERIOD=2026-09"
+OLD, NEW = f"{SNAP}/20261002T041500Z", f"{SNAP}/20261003T041700Z"  # the month's two snapshots
+
+
+def _report(folder: Path) -> dict[str, object]:
+    doc = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    doc.pop("generated_at", None)  # the clock's, where the report carries it
+    return doc
+
+
+def test_audit_source_raw_writes_the_local_audits_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    paths = [str(FIXTURES / p) for p in PARQUET]
+    common = ["--config", str(CFG_PATH), "-q"]
+    runner = CliRunner()
+    a = runner.invoke(main, ["audit", *paths, "--db", "a.duckdb", "--out", "local", *common])
+    b = runner.invoke(main, ["audit", *paths, "--db", "b.duckdb", "--out", "spark", *common,
+                             "--engine", "spark", "--source", "raw", "--spark-master", MASTER])
+    assert a.exit_code == 0, a.output
+    assert b.exit_code == 0, b.output
+    local, remote = _report(tmp_path / "local"), _report(tmp_path / "spark")
+    assert remote == local
+    assert local["jobs"] and {j["provider"] for j in local["jobs"]} == {"aws"}  # type: ignore[index, union-attr]
+    for name in ("jobs.csv", "teams.csv"):
+        assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    con = duckdb.connect("b.duckdb", read_only=True)
+    try:
+        engine, source = con.execute("SELECT engine, source FROM engine_runs").fetchone()  # type: ignore[misc]
+        lines = con.execute("SELECT count(*) FROM line_items").fetchone()[0]  # type: ignore[index]
+    finally:
+        con.close()
+    assert engine == "spark" and source.startswith("raw:") and str(FIXTURES / "aws" / "cur2") in source
+    assert lines == 0  # nothing was ingested: only the aggregates came back
+
+
+@pytest.mark.parametrize("touch_old", [False, True], ids=["as-delivered", "old-snapshot-touched-last"])
+def test_newest_snapshot_wins_as_in_local_ingest_in_either_order(tmp_path: Path, touch_old: bool) -> None:
+    folder = tmp_path / "cur2"
+    shutil.copytree(FIXTURES / "aws" / "cur2-create-new", folder)
+    if touch_old:  # a file time never makes an old snapshot newest: the execution stamp and the manifest decide
+        for f in (folder / OLD).iterdir():
+            os.utime(f, (4_000_000_000, 4_000_000_000))
+    reports = []
+    for order in ([folder / OLD, folder], [folder, folder / OLD]):  # the old snapshot ingested first, then last
+        with billing_audit.open(tmp_path / f"local-{len(reports)}.duckdb") as store:
+            for p in order:
+                assert not store.ingest([p]).errors
+            store.tag()
+            reports.append(build_report(store, CFG, None, "effective").to_dict())
+    with billing_audit.open(tmp_path / "old-only.duckdb") as store:
+        assert not store.ingest([folder / OLD]).errors
+        store.tag()
+        old_only = build_report(store, CFG, None, "effective").to_dict()
+    with billing_audit.open(tmp_path / "spark.duckdb") as store:
+        run_id = run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                            spark_raw=str(folder))
+        remote = build_report(store, CFG, None, "effective", engine_run=run_id).to_dict()
+    for r in (*reports, remote, old_only):
+        r.pop("generated_at", None)
+    assert reports[0] == reports[1] == remote
+    assert old_only["totals"] != remote["totals"]  # the two snapshots differ: which one won shows
+    # the plan says which delivery is kept: the manifest's execution (the newer stamp), the older folder superseded
+    plan = raw.plan([folder])
+    assert [d.delivery.version_source for d in plan.deliveries] == ["path", "manifest"]
+    assert [len(d.files) for d in plan.deliveries] == [1, 2]
+    assert all(f.path.parent.name == "20261003T041700Z" for f in plan.deliveries[1].files)
+
+
+def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path) -> None:
+    csv_folder = FIXTURES / "aws" / "cur-legacy-csv"
+    plan = raw.plan([csv_folder])
+    failed = [d.error for d in plan.deliveries if d.error is not None]
+    assert failed and all(isinstance(e, InputError) and "reads parquet only" in e.reason for e in failed)
+    assert all(e.file.startswith(str(csv_folder)) for e in failed if e is not None)
+    with billing_audit.open(tmp_path / "s.duckdb") as store, pytest.raises(BillingAuditError) as err:
+        run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                   spark_raw=str(csv_folder))
+    assert "cannot be read on Spark (nothing was audited)" in str(err.value)
+    assert str(failed[0].file) in str(err.value)
+    with billing_audit.open(tmp_path / "s.duckdb") as store, pytest.raises(BillingAuditError, match="no such file"):
+        run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                   spark_raw=str(tmp_path / "nowhere"))
+
+
+def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: Path) -> None:
+    # GCP's parquet export carries its nested columns as JSON text, which the Spark mapping cannot read
+    gcp = FIXTURES / "gcp" / "resource-parquet"
+    with billing_audit.open(tmp_path / "g.duckdb") as store, pytest.raises(InputError) as err:
+        run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                   spark_raw=str(gcp))
+    assert err.value.file.endswith("-000000000000.parquet") and "Spark cannot map it as gcp-billing-resource" in str(
+        err.value)
+    # a CUR 2.0 file whose third row lacks its unblended cost: local ingest refuses it, and so does Spark
+    src = FIXTURES / "aws" / "cur2" / "exports" / "gpu-cur2" / "data" / "BILLING_PERIOD=2026-10"
+    bad = tmp_path / "bad" / "BILLING_PERIOD=2026-10" / "bad-00001.snappy.parquet"
+    bad.parent.mkdir(parents=True)
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE (CASE WHEN file_row_number = 2 THEN NULL ELSE "
+                f"line_item_unblended_cost END AS line_item_unblended_cost) FROM read_parquet('{src}/gpu-cur2-00001."
+                f"snappy.parquet', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
+                f"TO '{bad}' (FORMAT parquet)")
+    con.close()
+    with billing_audit.open(tmp_path / "l.duckdb") as store:
+        local = store.ingest([bad.parent.parent]).errors
+    assert local and local[0].file == str(bad)
+    with billing_audit.open(tmp_path / "b.duckdb") as store, pytest.raises(InputError) as err2:
+        run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                   spark_raw=str(bad.parent.parent))
+    assert err2.value.file == str(bad)
+    assert "required value is missing" in err2.value.reason
+
+
+def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", FIXTURES / "aws" / "cur-legacy-csv"
+    res = CliRunner().invoke(main, ["audit", str(snap), str(csv_folder), "--db", "d.duckdb", "--engine", "spark",
+                                    "--source", "raw", "--spark-master", MASTER, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    con = duckdb.connect()
+    rows = {name: con.execute(f"SELECT count(*) FROM read_parquet('{snap / SNAP}/{name}/*.parquet')").fetchone()[0]
+            for name in ("20261002T041500Z", "20261003T041700Z")}  # type: ignore[index]
+    con.close()
+    old, new = out.split(f"{snap / OLD}  [")[1], out.split("gpu-cur2-snap 2026-09 execution ")[1]
+    assert f"superseded by a newer delivery: aws 222233334444 2026-09 ({rows['20261002T041500Z']} lines)" in old
+    assert f"kept: aws 222233334444 2026-09 ({rows['20261003T041700Z']} lines)" in new
+    sizes = sum(f.stat().st_size for f in (snap / NEW).iterdir())
+    assert f"by manifest; 2 file(s), {sizes / 1024:,.1f} KB]" in new
+    assert out.count("refused: ") == 2 and out.count("reads parquet only") == 2 and str(csv_folder) in out
+    assert out.rstrip().endswith("2 of 4 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
+    assert not (tmp_path / "d.duckdb").exists() and not (tmp_path / "audit-report").exists()  # nothing written
+
+
+def _spark_home() -> Path | None:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    return home if (home / "bin" / "spark-submit").exists() else None
+
+
+def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    home = _spark_home()
+    assert home is not None, "pyspark ships bin/spark-submit"
+    monkeypatch.chdir(tmp_path)
+    folder = FIXTURES / "aws" / "cur2"
+    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "BILLING_AUDIT_SPARK_PARTITIONS": "2"}
+    job = subprocess.run([str(home / "bin" / "spark-submit"), "--master", MASTER, raw.__file__.replace("raw.py", "submit.py"),
+                          "--db", "s.duckdb", "--config", str(CFG_PATH), str(folder)],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.startswith("spark run 1 over ") and "aggregate rows stored in s.duckdb" in job.stdout
+    runner = CliRunner()
+    common = ["--config", str(CFG_PATH), "--format", "json"]
+    remote = runner.invoke(main, ["report", "--db", "s.duckdb", "--engine", "spark", "--source", "raw",
+                                  "--spark-raw", str(folder), *common, "--out", "remote.json"])
+    assert remote.exit_code == 0, remote.output
+    assert "using spark run 1 (same source, period, basis, config and rules)" in remote.output  # no second Spark run
+    local = runner.invoke(main, ["audit", str(folder), "--db", "a.duckdb", "--out", "local", "--config", str(CFG_PATH),
+                                 "-q"])
+    assert local.exit_code == 0, local.output
+    assert runner.invoke(main, ["report", "--db", "a.duckdb", *common, "--out", "local.json"]).exit_code == 0
+    docs = [json.loads(Path(n).read_text(encoding="utf-8")) for n in ("local.json", "remote.json")]
+    for d in docs:
+        d.pop("generated_at", None)
+    assert docs[0] == docs[1] and docs[0]["jobs"]
+    bad = subprocess.run([sys.executable, "-m", "connectors.spark.submit", "--db", "x.duckdb", str(tmp_path / "none")],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --spark-raw: no such file or folder") and \
+        "Traceback" not in bad.stderr
