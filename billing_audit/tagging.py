@@ -80,7 +80,6 @@ def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[st
     time).  A hex digest: equal keys over equal lines and references give equal rule_hits, spot_od, groups, index."""
     import hashlib
     import json
-
     from importlib import metadata
 
     from billing_audit import pricing

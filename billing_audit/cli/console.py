@@ -106,6 +106,8 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
         parts.append(f"{report.failed} file(s) failed")
     if report.prices is not None:
         parts.append(report.prices.summary())
+    if report.events is not None:
+        parts.append(report.events.summary())
     say(", ".join(parts))
 
 
