@@ -84,6 +84,8 @@ class Report:
     accounts: pl.DataFrame | None = None  # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
 
     engine: str = "duckdb"  # what computed the aggregates (an engine run's engine, else the local store)
+    # restart fees against the interruption events held (billing_audit.reconcile; its JSON); None: not reconciled
+    fee_reconciliation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (:mod:`billing_audit.jsonout`): the envelope (``kind: "report"``, ``filters``: the
@@ -97,7 +99,7 @@ class Report:
         return envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
                         warnings=list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
                         totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
-                        daily=json_records(self.daily))
+                        daily=json_records(self.daily), fee_reconciliation=self.fee_reconciliation)
 
 
 COUNT_FIELDS = {"interruptions", "lines", "jobs", "fee_count", "signal_count", "churn_count"}
@@ -484,7 +486,20 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
+    rep.fee_reconciliation = _reconciliation(store, period, rep.warnings)
     return rep
+
+
+def _reconciliation(store: Store, period: str | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The fee reconciliation of the report's period from the store's own lines (an engine run's report too: the
+    fee lines are few and held locally); None, with a warning, when the store's lines are not tagged."""
+    from billing_audit.reconcile import reconcile
+
+    try:
+        return reconcile(store, period).to_dict()
+    except BillingAuditError as e:
+        warnings.append(f"fee reconciliation: {e}")
+        return None
 
 
 def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:

@@ -140,6 +140,29 @@ def print_report(report: Report | Sequence[Report], by: str = "job", top: int | 
     width = table_width()
     for part in render(reports, by, top, width):
         out.print(part, width=width)
+    for rep in reports:
+        print_reconciliation(rep.fee_reconciliation)
+
+
+def print_reconciliation(rec: dict[str, Any] | None) -> None:
+    """The fee reconciliation's totals per currency and the fees to dispute (only when events are held)."""
+    if not rec or not rec["providers_reconciled"]:
+        return
+    totals = pl.DataFrame([{k: str(v) for k, v in t.items()} for t in rec["totals"]])
+    out.print(frame_table(totals, f"fee reconciliation {rec['period']}: restart fees against interruption events "
+                                  f"({', '.join(rec['providers_reconciled'])})"))
+    cols = ["line_id", "provider", "resource_id", "charge_period_start", "restarts_billed", "interruptions_observed",
+            "disputable_amount", "currency"]
+    if rec["fees_without_events"]:
+        df = pl.DataFrame([{c: str(f[c]) for c in cols} for f in rec["fees_without_events"]])
+        out.print(frame_table(df, "fees without a matching interruption (to dispute)"))
+    if rec["interruptions_without_fee"]:
+        df = pl.DataFrame([{"provider": i["provider"], "resource_id": i["resource_id"], "time": i["time"],
+                            "kinds": ",".join(i["kinds"]), "resource_in_bills": str(i["resource_in_bills"]).lower()}
+                           for i in rec["interruptions_without_fee"]])
+        out.print(frame_table(df, "interruptions without a fee"))
+    for n in rec["not_reconciled"]:
+        say(f"fee reconciliation: {n['fee_lines']} {n['provider']} fee line(s) not reconciled: {n['reason']}")
 
 
 class Bars:
