@@ -79,7 +79,7 @@ def search(query: str | None, db: str, period: str | None, since: str | None, pr
     if fees_check:
         _fees_without_events(query, db, period, since, provider, fmt, fail_above, bool(save_rule or show_lines or exact))
         return
-    if not query:
+    if query is None:
         raise click.UsageError("give a QUERY (the words to search for), or --fees-without-events")
     if save_rule:
         app.check_save_rule(save_rule, force)  # before the search: nothing is run for a file that cannot be written
@@ -114,7 +114,7 @@ def search(query: str | None, db: str, period: str | None, since: str | None, pr
 
 def _fees_without_events(query: str | None, db: str, period: str | None, since: str | None, provider: str | None,
                          fmt: str, fail_above: str | None, other: bool) -> None:
-    if query or since or other:
+    if query is not None or since or other:
         raise click.UsageError("--fees-without-events takes no QUERY, --since, --lines, --exact or --save-rule "
                                "(it lists fee lines, not words; --period and --provider narrow it)")
     check = app.fees_without_events(db, period=period, provider=provider, fail_above=fail_above)

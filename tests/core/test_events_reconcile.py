@@ -197,3 +197,21 @@ def test_the_generator_writes_what_is_committed(tmp_path: Path, monkeypatch: pyt
     assert made == held
     for rel in made:
         assert (tmp_path / rel).read_bytes() == (FIXTURES / "events" / rel).read_bytes(), rel
+
+
+def test_the_readmes_reconciliation_example_is_the_real_document(with_events: Path) -> None:
+    """README "Interruption events and fee reconciliation": the search document of the scenario, its keys and
+    values as they are (the envelope's schema_version and generated_at left out, the line id shortened)."""
+    readme = (FIXTURES.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Interruption events and fee reconciliation")
+    block = readme[readme.index("```json\n", start) + len("```json\n"):]
+    shown = json.loads(block[:block.index("```")])
+    code, out = _search(with_events, "--format", "json", "--fail-above", "0.50")
+    assert code == 1
+    real = json.loads(out[: out.rindex("}") + 1])
+    assert [k for k in real if k not in ("schema_version", "generated_at")] == list(shown)
+    (fee,) = real["fees_without_events"]
+    assert fee["line_id"].startswith("aws-") and fee["line_id"].endswith("-20")
+    fee["line_id"] = "aws-...-20"
+    for k, v in shown.items():
+        assert real[k] == v, k
