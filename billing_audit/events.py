@@ -267,10 +267,11 @@ def _read_csv(text: str, display: str) -> list[Event]:
                 raise InputError(display, f"unknown provider {prov!r} (expected one of {', '.join(registry.providers())})",
                                  row=i, column="provider")
         else:
-            prov = _guess_provider(rid)
-            if prov is None:
+            guess = _guess_provider(rid)
+            if guess is None:
                 raise InputError(display, f"cannot tell the provider of {rid!r}: give a provider column", row=i,
                                  column="provider")
+            prov = guess
         out.append(Event(prov, rid, t, kind, i))
     return out
 

@@ -137,7 +137,7 @@ def _fees_without_events(query: str | None, db: str, period: str | None, since: 
                 "(ingest the providers' event logs beside the bills)")
         from billing_audit.cli.console import print_reconciliation
 
-        print_reconciliation(rec.to_dict())
+        print_reconciliation(rec.to_dict(), full=True)
         if rec.providers and not rec.fees_without_events:
             note("every restart fee of the providers reconciled has a matching interruption")
     if check.over:
