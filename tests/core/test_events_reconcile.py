@@ -14,8 +14,8 @@ Totals: USD 2 fee lines, 0.91 billed, 1 disputed, 0.75 disputable; EUR 1 line, 0
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -28,8 +28,10 @@ from billing_audit.config import load_config
 from billing_audit.report import build_report
 from support import FIXTURES
 
-sys.path.insert(0, str(FIXTURES))
-import gen_events  # noqa: E402
+_spec = importlib.util.spec_from_file_location("gen_events", FIXTURES / "gen_events.py")
+assert _spec is not None and _spec.loader is not None
+gen_events = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_events)  # the fixtures' own generator: its shapes, not copies of them
 
 SCENARIOS = FIXTURES / "scenarios"
 CONFIG = SCENARIOS / "billing-audit.toml"
