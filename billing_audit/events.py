@@ -38,7 +38,7 @@ from billing_audit.errors import InputError
 KINDS = ("interruption_warning", "eviction", "preemption", "rebalance_recommendation")
 INTERRUPTING = ("interruption_warning", "eviction", "preemption")  # what counts as an interruption
 SNIFF = 256 << 10
-MAX_FILE = 2 << 30  # an event file larger than this (decompressed) is refused: event logs are small
+MAX_FILE = 512 << 20  # an event file larger than this (decompressed) is refused: it is read whole (Firehose objects: 128 MiB at most)
 _CW_LINE = re.compile(r"^(\d{4}-\d{2}-\d{2}T[0-9:.]+(?:Z|[+-]\d{2}:?\d{2})?)\s+(\{.*)$", re.S)
 
 
@@ -219,7 +219,7 @@ def read_file(path: Path, display: str) -> tuple[list[Event], int, str]:
     except UnicodeDecodeError as e:
         raise InputError(display, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     if len(text) > MAX_FILE:
-        raise InputError(display, f"an event file over {MAX_FILE >> 30} GiB is refused (split it)")
+        raise InputError(display, f"an event file over {MAX_FILE >> 20} MiB (decompressed) is refused: split it")
     if found == "csv":
         return _read_csv(text, display), max(text.count("\n") - 1, 0), "interruption events CSV"
     assert isinstance(found, EventSource)

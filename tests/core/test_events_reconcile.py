@@ -218,3 +218,19 @@ def test_the_readmes_reconciliation_example_is_the_real_document(with_events: Pa
     fee["source"] = fee["source"].removeprefix(f"{FIXTURES.parent}/")  # the README runs from the repository root
     for k, v in shown.items():
         assert real[k] == v, k
+
+
+def test_the_html_report_has_the_reconciliation(with_events: Path, bills_only: Path) -> None:
+    from billing_audit.html import render_html
+
+    with billing_audit.open(with_events, read_only=True) as store:
+        page = render_html(build_report(store, load_config(CONFIG), "2026-11"))
+    section = page[page.index('<section id="reconciliation-section">'):]
+    section = section[:section.index("</section>")]
+    fees = section[section.index('id="fees-without-events"'):section.index("Interruptions without a fee")]
+    assert fees.count("<tr>") == 2  # the head and delta's line
+    assert _line_id(with_events, CUR, 20) in fees and "i-0d0000000000d2" in fees and ">0.75<" in fees
+    assert section.count("i-0b0000000000b1") == 1 and section.count("i-0c0000000000c1") == 1
+    with billing_audit.open(bills_only, read_only=True) as store:
+        page = render_html(build_report(store, load_config(CONFIG), "2026-11"))
+    assert 'id="reconciliation-none"' in page and "aws: 2 fee line(s) not reconciled" in page
