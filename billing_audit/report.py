@@ -522,15 +522,19 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
-    rep.fee_reconciliation = _reconciliation(store, period, rep.warnings)
+    rep.fee_reconciliation = _reconciliation(store, period, rep.warnings, engine_run is not None)
     return rep
 
 
-def _reconciliation(store: Store, period: str | None, warnings: list[str]) -> dict[str, Any] | None:
-    """The fee reconciliation of the report's period from the store's own lines (an engine run's report too: the
-    fee lines are few and held locally); None, with a warning, when the store's lines are not tagged."""
+def _reconciliation(store: Store, period: str | None, warnings: list[str], engine: bool) -> dict[str, Any] | None:
+    """The fee reconciliation of the report's period from the store's own lines (an engine run's report too, when
+    the store holds the tagged lines); None, with a warning, when it does not."""
     from billing_audit.reconcile import reconcile
 
+    if engine and not store._has_table("line_categories"):
+        warnings.append("fee reconciliation: not done: it reads the restart-fee lines from the local store, and this "
+                        "store holds only the engine's aggregates (ingest and tag the bill locally to reconcile)")
+        return None
     try:
         return reconcile(store, period).to_dict()
     except BillingAuditError as e:
