@@ -181,3 +181,18 @@ def test_azure_records_old_and_new_layout(tmp_path: Path, wrapped: bool) -> None
     assert code == 0, out
     # only the preemption counts: a host failure is not a Spot eviction
     assert [r[:4] for r in _rows(tmp_path / "s.duckdb")] == [("azure", AZ_VM, datetime(2026, 11, 2, 5), "eviction")]
+
+
+def test_firehose_without_a_delimiter_concatenates_the_events(tmp_path: Path) -> None:
+    # Firehose writes records back to back unless a newline delimiter is configured: '{...}{...}'
+    a = gen_events.eventbridge(gen_events.WARNING, "i-0a0000000000a2", "2026-11-01T02:10:00Z", 1)
+    b = gen_events.eventbridge(gen_events.REBALANCE, "i-0a0000000000a2", "2026-11-01T02:05:00+00:00", 2)
+    p = tmp_path / "in" / "spot-events-1-2026-11-01-02-15-00-ab12"  # Firehose objects may have no suffix at all ...
+    p.parent.mkdir()
+    p = p.with_name(p.name + ".gz")  # ... read when gzipped (a .gz name), as compressed deliveries are named
+    with gzip.open(p, "wt") as f:
+        f.write(json.dumps(a) + json.dumps(b))
+    code, out = _ingest_cli(tmp_path, p.parent)
+    assert code == 0, out
+    assert [(r[2], r[3], r[5]) for r in _rows(tmp_path / "s.duckdb")] == [
+        (datetime(2026, 11, 1, 2, 5), "rebalance_recommendation", 2), (datetime(2026, 11, 1, 2, 10), "interruption_warning", 1)]
