@@ -713,6 +713,42 @@ def search(db: str | Store, query: str, *, period: str | None = None, since: str
     return SearchOutcome(result, threshold=threshold, over=result.over(threshold) if threshold is not None else [])
 
 
+@dataclass
+class FeeCheck:
+    """``search --fees-without-events``: the reconciliation, and the currencies whose disputable total is above
+    ``threshold``."""
+
+    reconciliation: Any  # billing_audit.reconcile.Reconciliation
+    over: list[str] = field(default_factory=list)
+    threshold: Decimal | None = None
+
+    def to_dict(self, filters: dict[str, Any]) -> dict[str, Any]:
+        from billing_audit.jsonout import envelope
+
+        doc = self.reconciliation.to_dict()
+        return envelope("fees_without_events", filters, period=doc["period"], events_held=doc["events_held"],
+                        providers_reconciled=doc["providers_reconciled"], totals=doc["totals"],
+                        fees_without_events=doc["fees_without_events"], not_reconciled=doc["not_reconciled"])
+
+
+def fees_without_events(db: str | Store, *, period: str | None = None, provider: str | None = None,
+                        fail_above: str | Decimal | None = None) -> FeeCheck:
+    """The restart-fee lines no interruption event accounts for (billing_audit.reconcile), of ``provider`` when
+    given; ``fail_above`` reports the currencies whose disputable total is above it."""
+    from billing_audit.reconcile import reconcile
+
+    check_period(period)
+    threshold = fail_above if isinstance(fail_above, Decimal) else parse_amount(fail_above)
+    with _opened(db) as store:
+        rec = reconcile(store, period)
+    if provider is not None:
+        rec.fees = [f for f in rec.fees if f.provider == provider]
+        rec.providers = [p for p in rec.providers if p == provider]
+        rec.not_reconciled = [n for n in rec.not_reconciled if n["provider"] == provider]
+        rec.without_fee = [i for i in rec.without_fee if i.provider == provider]
+    return FeeCheck(rec, rec.over(threshold) if threshold is not None else [], threshold)
+
+
 def check_save_rule(save_rule: str | Path, force: bool = False) -> Path:
     """The rule file ``--save-rule`` may write: an existing file only with ``force`` (never replaced silently)."""
     path = Path(save_rule)

@@ -60,6 +60,21 @@ BOOKKEEPING = [
     "ALTER TABLE file_stats ADD COLUMN IF NOT EXISTS ctime_ns BIGINT",
 ]
 
+# Interruption events read from the providers' logs beside the bills (billing_audit.events): one row per
+# provider, resource, time and kind, with the file and record that first delivered it.
+EVENT_TABLES = [
+    """CREATE TABLE IF NOT EXISTS interruption_events (
+        provider VARCHAR NOT NULL,
+        resource_id VARCHAR NOT NULL,
+        time TIMESTAMP NOT NULL,
+        kind VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        source_row BIGINT NOT NULL,
+        source_format VARCHAR NOT NULL,
+        ingested_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (provider, resource_id, time, kind))""",
+]
+
 # Price references (billing_audit.prices: the columns and their meaning) and each spot line's on-demand
 # equivalent with its provenance (billing_audit.pricing fills it at tag time; ListCost stays the export's).
 PRICE_TABLES = [

@@ -200,7 +200,7 @@ def walk(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside: 
         for q in candidates:
             if any(r.matches(q) for r in readers):
                 manifests.add(q)
-            elif is_data_file(q):
+            elif is_data_file(q) or _event_gz(q):
                 data.add(q)
             elif is_tarball(q) and unpack is not None and not p.is_file():
                 queue.append(q)
@@ -210,6 +210,16 @@ def walk(paths: list[Path], *, unpack: ExitStack | None = None, follow_outside: 
                                                 ".jsonl, .tar, .tar.gz or .tgz)")
                 )
     return sorted(data), sorted(manifests), errors
+
+
+def _event_gz(path: Path) -> bool:
+    """A ``.gz`` file with no data suffix that holds interruption events (CloudWatch Logs exports ``000000.gz``,
+    Firehose objects): read like a data file, recognised from its content."""
+    if not path.name.lower().endswith(".gz") or path.name.startswith("."):
+        return False
+    from billing_audit.events import is_event_file
+
+    return is_event_file(path)
 
 
 def input_roots(paths: list[Path]) -> tuple[Path, ...]:

@@ -541,6 +541,45 @@ def _spike_list(days: list[dict[str, Any]]) -> str:
     return '<p class="spikes">Spike days: ' + "; ".join(items) + "</p>"
 
 
+def _text_frame(rows: list[dict[str, Any]], cols: list[str]) -> pl.DataFrame:
+    return pl.DataFrame([{c: None if r.get(c) is None else (",".join(r[c]) if isinstance(r[c], list) else str(r[c]))
+                          for c in cols} for r in rows], schema={c: pl.Utf8 for c in cols})
+
+
+def _reconciliation(rec: dict[str, Any] | None) -> str:
+    """The fee reconciliation (billing_audit.reconcile): totals per currency, the fees to dispute, the interruptions
+    without a fee, and what could not be reconciled."""
+    if rec is None:
+        return ('<section id="reconciliation-section"><h2>Fee reconciliation</h2><p class="note" '
+                'id="reconciliation-missing">Not available in this report.</p></section>')
+    if not rec["providers_reconciled"]:
+        held = "".join(f"<li>{_e(n['provider'])}: {_e(n['fee_lines'])} fee line(s) not reconciled: {_e(n['reason'])}</li>"
+                       for n in rec["not_reconciled"])
+        return ('<section id="reconciliation-section"><h2>Fee reconciliation</h2><p class="note" id="reconciliation-none">'
+                'No interruption events are in the store: the restart fees are not reconciled.</p>'
+                f'<ul id="not-reconciled">{held}</ul></section>')
+    fee_cols = ["line_id", "provider", "resource_id", "charge_period_start", "charge_period_end", "restarts_billed",
+                "interruptions_observed", "billed_cost", "disputable_amount", "currency", "source"]
+    ev_cols = ["provider", "resource_id", "time", "kinds", "resource_in_bills"]
+    tot_cols = ["currency", "fee_lines", "billed_cost", "fee_lines_disputed", "disputable_amount"]
+    others = "".join(f"<li>{_e(n['provider'])}: {_e(n['fee_lines'])} fee line(s) not reconciled: {_e(n['reason'])}</li>"
+                     for n in rec["not_reconciled"])
+    return f"""<section id="reconciliation-section">
+<h2>Fee reconciliation</h2>
+<p class="note">Restart fees billed against the interruptions the providers' event logs recorded
+ ({_e(", ".join(rec["providers_reconciled"]))}), per resource and charge period. A fee whose restarts no interruption
+ accounts for is listed with the part of its cost to dispute.</p>
+{_table("reconciliation-totals", _text_frame(rec["totals"], tot_cols), empty="No restart fees in this period.")}
+<h3>Fees without a matching interruption</h3>
+{_table("fees-without-events", _text_frame(rec["fees_without_events"], fee_cols),
+        empty="Every restart fee has a matching interruption.")}
+<h3>Interruptions without a fee</h3>
+{_table("interruptions-without-fee", _text_frame(rec["interruptions_without_fee"], ev_cols),
+        empty="Every interruption observed has its fee.")}
+{f'<ul id="not-reconciled">{others}</ul>' if others else ""}
+</section>"""
+
+
 def render_html(report: Report, as_of: datetime | None = None) -> str:
     """The report as one self-contained HTML document (no network access needed to view it).  ``as_of``: the
     data's as-of time (the newest delivery's export time), shown in the title; default the report's own, if any."""
@@ -632,6 +671,8 @@ def render_html(report: Report, as_of: datetime | None = None) -> str:
 <h2>Totals per currency</h2>
 {_table("totals", report.totals, totals_cols, empty="No totals in this period.")}
 </section>
+
+{_reconciliation(report.fee_reconciliation)}
 
 <section id="unattributed-section">
 <h2>Unattributed cost</h2>

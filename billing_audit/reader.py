@@ -612,7 +612,13 @@ def detect(cols: dict[str, str], kind: str, display: str) -> fm.ExportFormat:
             return f
         if kind in f.file_kinds:
             candidates.append((f.resemblance(lower), f, lower))
-    raise UnknownFormatError(display, why_unknown(cols, kind, candidates))
+    why = why_unknown(cols, kind, candidates)
+    if kind == "json":  # a JSON may also be an event log: say it is neither
+        from billing_audit.events import sources
+
+        why += ("; nor an interruption event file (" + ", ".join(s.title for s in sources())
+                + ": README \"Interruption events\")")
+    raise UnknownFormatError(display, why)
 
 
 def why_unknown(cols: dict[str, str], kind: str,

@@ -84,6 +84,8 @@ class Report:
     accounts: pl.DataFrame | None = None  # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
 
     engine: str = "duckdb"  # what computed the aggregates (an engine run's engine, else the local store)
+    # restart fees against the interruption events held (billing_audit.reconcile; its JSON); None: not reconciled
+    fee_reconciliation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (:mod:`billing_audit.jsonout`): the envelope (``kind: "report"``, ``filters``: the
@@ -97,7 +99,7 @@ class Report:
         return envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
                         warnings=list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
                         totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
-                        daily=json_records(self.daily))
+                        daily=json_records(self.daily), fee_reconciliation=self.fee_reconciliation)
 
 
 COUNT_FIELDS = {"interruptions", "lines", "jobs", "fee_count", "signal_count", "churn_count"}
@@ -319,10 +321,14 @@ def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[s
         row = dict(zip(names, values, strict=True))
         parts.setdefault((row["job"], row["team"], row["provider"], row["currency"]), []).append(row)
     out: list[dict[str, Any]] = []
+    events = event_counts(con)
+    for rows_ in parts.values():
+        for r in rows_:
+            r["event_count"] = events.get(tuple(r[c] for c in ACCOUNT_KEY), 0)
     for job in jobs:
         rows = parts.get((job["job"], job["team"], job["provider"], job["currency"]), [])
-        field = {"fee_lines": "fee_count", "signals": "signal_count", "inferred": "churn_count"}.get(
-            job["interruptions_source"])
+        field = {"events": "event_count", "fee_lines": "fee_count", "signals": "signal_count",
+                 "inferred": "churn_count"}.get(job["interruptions_source"])
         counts = [Decimal(r[field] or 0) if field else Decimal(0) for r in rows]
         shares = _shares(job["interruptions"], counts)
         for est in ("recompute_cost_estimate", "restart_idle_cost_estimate"):
@@ -363,7 +369,39 @@ def _finance(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
+def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], int]:
+    """Interruptions observed in the interruption events (billing_audit.events) per job row and billing account of
+    the prepared aggregates: events of one resource less than reconcile.CLUSTER_GAP apart are one interruption; one
+    counts for a job row when its resource is the row's spot resource and its time falls in the resource's run
+    (from reconcile.MATCH_BEFORE before its first charge period to as long after its last)."""
+    from billing_audit.events import INTERRUPTING
+    from billing_audit.reconcile import CLUSTER_GAP, MATCH_BEFORE
+
+    held = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interruption_events'"
+                       ).fetchone()
+    if not held or not held[0]:
+        return {}
+    gap, before = int(CLUSTER_GAP.total_seconds()), int(MATCH_BEFORE.total_seconds())
+    rows = con.execute(f"""
+WITH e AS (SELECT provider, lower(resource_id) AS rid, time,
+                  lag(time) OVER (PARTITION BY provider, lower(resource_id) ORDER BY time) AS prev
+           FROM interruption_events WHERE kind IN ({", ".join(lit(k) for k in INTERRUPTING)})),
+it AS (SELECT provider, rid, time FROM e WHERE prev IS NULL OR time - prev > INTERVAL {gap} SECOND)
+SELECT r.job, r.team, r.provider, r.currency, r.account, count(*) AS n
+FROM ba_spot_res r JOIN it ON it.provider = r.provider AND it.rid = lower(r.ResourceId)
+  AND it.time >= r.s - INTERVAL {before} SECOND AND it.time < r.e + INTERVAL {before} SECOND
+GROUP BY ALL""").fetchall()
+    return {tuple(r[:5]): int(r[5]) for r in rows}
+
+
+def _row_events(counts: dict[tuple[Any, ...], int], row: dict[str, Any]) -> int:
+    key = (row["job"], row["team"], row["provider"], row["currency"])
+    return sum(n for k, n in counts.items() if k[:4] == key)
+
+
 def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
+    if row.get("event_count"):
+        return Decimal(row["event_count"]), "events"
     if row["fee_count"]:
         return Decimal(row["fee_count"]), "fee_lines"
     if row["signal_count"]:
@@ -484,7 +522,24 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
+    rep.fee_reconciliation = _reconciliation(store, period, rep.warnings, engine_run is not None)
     return rep
+
+
+def _reconciliation(store: Store, period: str | None, warnings: list[str], engine: bool) -> dict[str, Any] | None:
+    """The fee reconciliation of the report's period from the store's own lines (an engine run's report too, when
+    the store holds the tagged lines); None, with a warning, when it does not."""
+    from billing_audit.reconcile import reconcile
+
+    if engine and not store._has_table("line_categories"):
+        warnings.append("fee reconciliation: not done: it reads the restart-fee lines from the local store, and this "
+                        "store holds only the engine's aggregates (ingest and tag the bill locally to reconcile)")
+        return None
+    try:
+        return reconcile(store, period).to_dict()
+    except BillingAuditError as e:
+        warnings.append(f"fee reconciliation: {e}")
+        return None
 
 
 def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:
@@ -584,7 +639,7 @@ def _nsum(values: list[Any]) -> Any:
 BASE_SUMS = ["interruptions", "spot_compute_cost", "on_demand_equivalent_cost", "spot_unpriced_cost", "restart_fees",
              "other_compute_charges", "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked",
              "recompute_cost_estimate", "restart_idle_cost_estimate", "total_cost", "lines", "priced_spot_lines"]
-SOURCES = ["fee_lines", "signals", "inferred"]
+SOURCES = ["events", "fee_lines", "signals", "inferred"]
 
 
 def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
@@ -592,7 +647,9 @@ def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
             for cur in [con.execute(job_sql(cfg))] for r in cur.fetchall()]
     jobs = []
+    counts = event_counts(con)
     for row in rows:
+        row["event_count"] = _row_events(counts, row)
         interruptions, source = _interruptions(row)
         hours = Decimal(str(round(row["spot_hours"], 6)))
         rate = _money(row["spot_compute_cost"] / hours) if hours > 0 else Decimal(0)

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from billing_audit.ddl import BOOKKEEPING, LINE_ITEMS, PRICE_TABLES
+from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINE_ITEMS, PRICE_TABLES
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
@@ -84,6 +84,7 @@ class IngestReport:
     notes: list[str] = field(default_factory=list)  # what was replaced, set aside or completed, in words
     overlapped_rows: int = 0  # lines set aside because another export delivers the same lines
     prices: Any = None  # billing_audit.pricing.PriceLoad: the price files among the paths, loaded as references
+    events: Any = None  # billing_audit.events.EventLoad: the interruption event files among the paths
 
     @property
     def failed(self) -> int:
@@ -205,7 +206,7 @@ class Store:
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
         self.con.execute(LINE_ITEMS)
-        for ddl in (*BOOKKEEPING, *PRICE_TABLES):
+        for ddl in (*BOOKKEEPING, *PRICE_TABLES, *EVENT_TABLES):
             self.con.execute(ddl)
 
     def close(self) -> None:
@@ -250,12 +251,15 @@ class Store:
         ``follow_outside``; tarballs are unpacked into a temporary folder, removed before this returns.
         An unexpected error in one delivery is that delivery's error, naming the file it was reading.
         """
-        from billing_audit import pricing
+        from billing_audit import events, pricing
 
         with contextlib.ExitStack() as unpack:
-            price_files: list[Path] = []
+            aside: list[Path] = []
             deliveries, errors = group([Path(p) for p in paths], unpack=unpack, follow_outside=follow_outside,
-                                       set_aside=pricing.is_price_file, aside=price_files)
+                                       set_aside=lambda f: pricing.is_price_file(f) or events.is_event_file(f),
+                                       aside=aside)
+            event_files = [f for f in aside if not pricing.is_price_file(f)]
+            price_files = [f for f in aside if f not in event_files]
             report = IngestReport(errors=list(errors))
             self._overlap = overlap or OverlapPolicy()
             for e in errors:
@@ -282,6 +286,12 @@ class Store:
                 report.notes.extend(report.prices.notes())
                 if report.prices.added or report.prices.replaced:
                     report.prices.repriced = pricing.reprice(self.con)
+            if event_files:  # interruption events, recognised from their content: one transaction per file
+                if self.read_only:
+                    raise BillingAuditError(f"{self.path}: opened read-only, cannot store interruption events")
+                report.events = events.load_paths(self.con, event_files)
+                report.errors.extend(report.events.errors)
+                report.notes.extend(report.events.notes())
         return report
 
 

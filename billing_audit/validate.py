@@ -159,9 +159,30 @@ def _price_file(path: Path) -> FileValidation | None:
     return res
 
 
+def _event_file(path: Path) -> FileValidation | None:
+    """An interruption event file (``ingest`` reads it beside the exports): its format, events and the months they
+    fall in; a record it cannot read is its error (named by record and key)."""
+    from billing_audit import events
+
+    found = events.sniff(path)
+    if found is None:
+        return None
+    shown = display_name(path)
+    fid, title = ("events-csv", "interruption events CSV") if isinstance(found, str) else (found.id, found.title)
+    res = FileValidation(shown, fid, title)
+    try:
+        got, _n, _title = events.read_file(path, shown)
+    except InputError as e:
+        res.findings.append(Finding("File-E-002", "error", e.reason, row=e.row, column=e.column))
+        return res
+    res.rows = len(got)
+    res.periods = sorted({e.time.strftime("%Y-%m") for e in got})
+    return res
+
+
 def _validate_file(con: duckdb.DuckDBPyConnection, path: Path) -> list[FileValidation]:
     results: list[FileValidation] = []
-    price = _price_file(path)
+    price = _price_file(path) or _event_file(path)
     if price is not None:
         return [price]
     try:

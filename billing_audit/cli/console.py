@@ -116,6 +116,8 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
         parts.append(f"{report.failed} file(s) failed")
     if report.prices is not None:
         parts.append(report.prices.summary())
+    if report.events is not None:
+        parts.append(report.events.summary())
     say(", ".join(parts))
 
 
@@ -148,6 +150,40 @@ def print_report(report: Report | Sequence[Report], by: str = "job", top: int | 
     width = table_width()
     for part in render(reports, by, top, width):
         out.print(part, width=width)
+    for rep in reports:
+        print_reconciliation(rep.fee_reconciliation)
+
+
+def print_reconciliation(rec: dict[str, Any] | None, full: bool = False) -> None:
+    """The fee reconciliation: a line per currency on stderr (beside the report's tables, which stay as they are);
+    ``full`` (``search --fees-without-events``): its tables on stdout, the fees to dispute and the interruptions
+    without a fee."""
+    if not rec or not (full or rec["providers_reconciled"]):  # no events held: the JSON says what is not reconciled
+        return
+    for n in rec["not_reconciled"]:
+        say(f"fee reconciliation: {n['fee_lines']} {n['provider']} fee line(s) not reconciled: {n['reason']}")
+    if not rec["providers_reconciled"]:
+        return
+    for t in rec["totals"]:
+        say(f"fee reconciliation {rec['period']} {t['currency']}: {t['fee_lines']} restart-fee line(s), "
+            f"{t['billed_cost']} billed; {t['fee_lines_disputed']} without a matching interruption, "
+            f"{t['disputable_amount']} disputable")
+    if rec["interruptions_without_fee"]:
+        say(f"fee reconciliation: {len(rec['interruptions_without_fee'])} interruption(s) without a fee")
+    if not full:
+        if rec["fees_without_events"]:
+            say("fee reconciliation: `billing-audit search --fees-without-events` lists the fees to dispute")
+        return
+    cols = ["line_id", "provider", "resource_id", "charge_period_start", "restarts_billed", "interruptions_observed",
+            "disputable_amount", "currency"]
+    if rec["fees_without_events"]:
+        df = pl.DataFrame([{c: str(f[c]) for c in cols} for f in rec["fees_without_events"]])
+        out.print(frame_table(df, "fees without a matching interruption (to dispute)"))
+    if rec["interruptions_without_fee"]:
+        df = pl.DataFrame([{"provider": i["provider"], "resource_id": i["resource_id"], "time": i["time"],
+                            "kinds": ",".join(i["kinds"]), "resource_in_bills": str(i["resource_in_bills"]).lower()}
+                           for i in rec["interruptions_without_fee"]])
+        out.print(frame_table(df, "interruptions without a fee"))
 
 
 class Bars:

@@ -9,6 +9,7 @@ import click
 from billing_audit import app
 from billing_audit.cli.console import Bars, live, print_ingest, say
 from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option, wait_option
+from billing_audit.events import describe_sources
 from billing_audit.formats import describe_formats
 
 HELP = f"""Load billing export files or folders into the store.
@@ -33,11 +34,19 @@ column, lands nothing, and the other files still load (exit code 2).
 The store is created if needed; while readers (report, summary, a notebook)
 or another writer hold it, ingest says so and waits up to --wait seconds.
 
+Interruption event files beside the exports are recognised from their
+content too and stored once per provider, resource, time and kind (README
+"Interruption events and fee reconciliation"):
+
+\b
+{describe_sources()}
+
 \b
 Examples:
   billing-audit ingest cur/my-report/year=2026/month=10/
   billing-audit --debug ingest export.csv.gz --db audit.duckdb
   billing-audit ingest exports/ --wait 120     # a nightly job beside notebooks
+  billing-audit ingest exports/ spot-events/   # bills and the providers' event logs
 """
 
 

@@ -20,7 +20,7 @@ from billing_audit.cli.options import (
 
 
 @click.command()
-@click.argument("query")
+@click.argument("query", required=False)
 @db_option
 @period_option()
 @since_option
@@ -32,6 +32,9 @@ from billing_audit.cli.options import (
 @click.option("--exact", is_flag=True, help="Match the words as typed, without word families.")
 @click.option("--fail-above", type=str, metavar="AMOUNT",
               help="Exit 1 when the matched total in any currency is above AMOUNT.")
+@click.option("--fees-without-events", "fees_check", is_flag=True,
+              help="Instead of words: the restart-fee lines no interruption event accounts for (what to dispute); "
+                   "--fail-above then applies to their disputable total per currency.")
 @click.option("--save-rule", type=click.Path(dir_okay=False), metavar="FILE.sql",
               help="Write a rule file that tags exactly the lines found.")
 @click.option("--rule-id", help="Id of the saved rule (default: the start of FILE's name, e.g. SR100_x.sql).")
@@ -39,9 +42,9 @@ from billing_audit.cli.options import (
 @click.option("--force", is_flag=True, help="--save-rule: overwrite the rule file if it exists.")
 @bom_option
 @handle_errors
-def search(query: str, db: str, period: str | None, since: str | None, provider: str | None, fmt: str, limit: int,
-           show_lines: bool, exact: bool, fail_above: str | None, save_rule: str | None, rule_id: str | None,
-           category: str, force: bool) -> None:
+def search(query: str | None, db: str, period: str | None, since: str | None, provider: str | None, fmt: str,
+           limit: int, show_lines: bool, exact: bool, fail_above: str | None, fees_check: bool, save_rule: str | None,
+           rule_id: str | None, category: str, force: bool) -> None:
     """Search the bills for words, e.g. whether you are charged per restart.
 
     Searches descriptions, usage types, operations, meters, services and resource
@@ -63,11 +66,21 @@ def search(query: str, db: str, period: str | None, since: str | None, provider:
       billing-audit search restart --format csv | head -1                 # a closed pipe exits 0
       billing-audit search "spot restart" --save-rule team-rules/SR100_spot_restart.sql
       billing-audit search egress --since 2026-10-01 --format csv --bom > egress.csv
+      billing-audit search --fees-without-events --fail-above 0 --format json  # fees no event accounts for
 
     JSON: schema_version, generated_at, the filters, "matched" (groups and lines in all) and
     "left_out" (what --limit did not list); money as exact decimal strings.  --save-rule never
     replaces an existing file unless --force (exit 2, naming the file).
+
+    --fees-without-events (no QUERY): the restart-fee lines of --period (and --provider) that the interruption
+    events in the store do not account for, with line id, resource, charge period, billed and disputable amounts
+    (README "Fee reconciliation"); exit 1 with --fail-above when a currency's disputable total is above it.
     """
+    if fees_check:
+        _fees_without_events(query, db, period, since, provider, fmt, fail_above, bool(save_rule or show_lines or exact))
+        return
+    if query is None:
+        raise click.UsageError("give a QUERY (the words to search for), or --fees-without-events")
     if save_rule:
         app.check_save_rule(save_rule, force)  # before the search: nothing is run for a file that cannot be written
     found = app.search(db, query, period=period, since=since, provider=provider,
@@ -96,6 +109,39 @@ def search(query: str, db: str, period: str | None, since: str | None, provider:
         note(f"wrote {path}: `billing-audit rules test --rules {path.parent}` checks it")
     if found.over:
         say(f"matched total above {found.threshold} in {', '.join(found.over)}")
+        sys.exit(1)
+
+
+def _fees_without_events(query: str | None, db: str, period: str | None, since: str | None, provider: str | None,
+                         fmt: str, fail_above: str | None, other: bool) -> None:
+    if query is not None or since or other:
+        raise click.UsageError("--fees-without-events takes no QUERY, --since, --lines, --exact or --save-rule "
+                               "(it lists fee lines, not words; --period and --provider narrow it)")
+    check = app.fees_without_events(db, period=period, provider=provider, fail_above=fail_above)
+    rec = check.reconciliation
+    doc = check.to_dict({"period": period, "provider": provider, "fail_above": fail_above})
+    if fmt == "json":
+        click.echo(jsonout.dumps(doc))
+    elif fmt == "csv":
+        import polars as pl
+
+        cols = ["line_id", "provider", "resource_id", "charge_period_start", "charge_period_end", "restarts_billed",
+                "interruptions_observed", "restarts_unmatched", "billed_cost", "disputable_amount", "currency", "status",
+                "source"]
+        rows = [{c: None if f[c] is None else str(f[c]) for c in cols} for f in doc["fees_without_events"]]
+        df = pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})
+        click.echo(inert.csv_text(df), nl=False)
+    else:
+        if not rec.providers:
+            say("no interruption events in the store: nothing to reconcile the restart fees with "
+                "(ingest the providers' event logs beside the bills)")
+        from billing_audit.cli.console import print_reconciliation
+
+        print_reconciliation(rec.to_dict(), full=True)
+        if rec.providers and not rec.fees_without_events:
+            note("every restart fee of the providers reconciled has a matching interruption")
+    if check.over:
+        say(f"disputable restart fees above {check.threshold} in {', '.join(check.over)}")
         sys.exit(1)
 
 

@@ -84,7 +84,7 @@ def _check_types(doc: dict[str, Any]) -> int:
 def test_the_report_json_has_the_envelope_exact_money_and_integer_counts(store: Path) -> None:
     doc = _doc(store, "--period", "2027-02")
     assert list(doc) == ["schema_version", "kind", "generated_at", "filters", "period", "cost_basis", "warnings",
-                         "totals", "jobs", "teams", "daily"]
+                         "totals", "jobs", "teams", "daily", "fee_reconciliation"]
     assert (doc["schema_version"], doc["kind"], doc["period"], doc["cost_basis"]) == (1, "report", "2027-02",
                                                                                      "effective")
     assert doc["filters"] == {"period": "2027-02", "cost_basis": "effective", "engine": "duckdb"}

@@ -270,7 +270,7 @@ def test_json_shape_is_stable(store_path: Path) -> None:
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)  # warnings go to stderr
     assert list(data) == ["schema_version", "kind", "generated_at", "filters", "period", "cost_basis", "warnings",
-                          "totals", "jobs", "teams", "daily"]
+                          "totals", "jobs", "teams", "daily", "fee_reconciliation"]
     assert (data["kind"], data["period"], data["cost_basis"]) == ("report", "2026-11", "effective")
     assert data["filters"] == {"period": "2026-11", "cost_basis": "effective", "engine": "duckdb"}
     for job in data["jobs"]:
