@@ -111,6 +111,21 @@ def ensure_data(workdir: Path, rows: int, seed: int, regenerate: bool) -> tuple[
     return folder, info
 
 
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each stage's medians over its successful runs, peak RSS, failures, and the runs themselves."""
+    stages = {}
+    for stage, rs in runs.items():
+        ok = [r for r in rs if r["rc"] == 0]
+        stages[stage] = {
+            "median_wall_s": round(statistics.median(r["wall_s"] for r in ok), 2) if ok else None,
+            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in ok if r["cpu_s"] is not None), 2) if ok else None,
+            "peak_rss_mib": max((r["rss_mib"] for r in ok if r["rss_mib"] is not None), default=None),
+            "failures": len(rs) - len(ok),
+            "runs": rs,
+        }
+    return stages
+
+
 def bench_n(rows: int, args: argparse.Namespace) -> dict[str, Any]:
     data, info = ensure_data(args.workdir, rows, args.seed, args.regenerate)
     month = next(data.rglob("month=10"))
@@ -152,16 +167,7 @@ def bench_n(rows: int, args: argparse.Namespace) -> dict[str, Any]:
         sizes["floor_copy_db"] = store_size(floor_db)
     shutil.rmtree(scratch, ignore_errors=True)
 
-    stages = {}
-    for stage, rs in runs.items():
-        ok = [r for r in rs if r["rc"] == 0]
-        stages[stage] = {
-            "median_wall_s": round(statistics.median(r["wall_s"] for r in ok), 2) if ok else None,
-            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in ok if r["cpu_s"] is not None), 2) if ok else None,
-            "peak_rss_mib": max((r["rss_mib"] for r in ok if r["rss_mib"] is not None), default=None),
-            "failures": len(rs) - len(ok),
-            "runs": rs,
-        }
+    stages = summarise(runs)
     audit, fc, fa = (stages[s]["median_wall_s"] for s in ("audit", "floor_copy", "floor_aggregate"))
     return {
         "rows": rows,
@@ -263,16 +269,7 @@ def bench_refresh(lines: int, months: int, args: argparse.Namespace) -> dict[str
             p.unlink(missing_ok=True)
             p.with_name(p.name + ".wal").unlink(missing_ok=True)
     shutil.rmtree(root, ignore_errors=True)
-    stages = {}
-    for stage, rs in runs.items():
-        ok = [r for r in rs if r["rc"] == 0]
-        stages[stage] = {
-            "median_wall_s": round(statistics.median(r["wall_s"] for r in ok), 2) if ok else None,
-            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in ok if r["cpu_s"] is not None), 2) if ok else None,
-            "peak_rss_mib": max((r["rss_mib"] for r in ok if r["rss_mib"] is not None), default=None),
-            "failures": len(rs) - len(ok),
-            "runs": rs,
-        }
+    stages = summarise(runs)
     ref, alone_s = stages["refresh_audit"]["median_wall_s"], stages["month_alone_audit"]["median_wall_s"]
     return {"lines_per_month": lines, "months": months, "stages": stages,
             "ratios": {"refresh_over_month_alone": round(ref / alone_s, 3) if ref and alone_s else None}}
