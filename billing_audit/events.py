@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import functools
 import gzip
+import hashlib
 import io
 import json
 import re
@@ -28,12 +29,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import duckdb
 
 from billing_audit import registry
-from billing_audit.errors import InputError
+from billing_audit.errors import BillingAuditError, InputError
+
+if TYPE_CHECKING:
+    from billing_audit.store import IngestReport, Store
 
 KINDS = ("interruption_warning", "eviction", "preemption", "rebalance_recommendation")
 INTERRUPTING = ("interruption_warning", "eviction", "preemption")  # what counts as an interruption
@@ -289,7 +293,7 @@ def _guess_provider(rid: str) -> str | None:
 @dataclass
 class EventFile:
     file: str
-    status: str  # loaded | failed
+    status: str  # loaded | failed | unchanged (a pulled file read before, the same since: not read again)
     format: str = ""
     records: int = 0  # records read (interruptions or not)
     events: int = 0  # interruption events the file reports
@@ -323,9 +327,11 @@ class EventLoad:
     def summary(self) -> str:
         ok = [f for f in self.files if f.status == "loaded"]
         rep = sum(f.repeated for f in ok)
+        same = sum(1 for f in self.files if f.status == "unchanged")
         s = (f"{len(ok)} event file(s) read ({sum(f.events for f in ok):,} interruption events: "
              f"{self.added:,} new, {sum(f.held for f in ok):,} already held"
              + (f", {rep:,} repeated in their file" if rep else "") + ")")
+        s += f", {same} unchanged since they were read (not read again)" if same else ""
         return s + (f", {len(self.errors)} failed" if self.errors else "")
 
 
@@ -344,6 +350,47 @@ def load_paths(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> EventLoad:
             continue
         load.files.append(_insert(con, events, n, title, shown))
     return load
+
+
+PULLED = "events:"  # file_stats fingerprints of the event files a pull read (beside the exports' own)
+
+
+def load_pulled(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, str]]) -> EventLoad:
+    """The event files a pull fetched into its cache, each named by its remote key (``s3://bucket/key``): read
+    into ``interruption_events`` as :func:`load_paths` does; one this store read before from the same unchanged
+    local file (size, modification and change time in ``file_stats``) is counted ``unchanged`` and not read again.
+    A file that is not an event file fails, named by its key, and adds nothing."""
+    load = EventLoad()
+    for path, shown in files:
+        st = path.stat()
+        known = con.execute("SELECT 1 FROM file_stats WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ? "
+                            "AND starts_with(fingerprint, ?)",
+                            [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, PULLED]).fetchone()
+        if known:
+            load.files.append(EventFile(shown, "unchanged"))
+            continue
+        try:
+            events, n, title = read_file(path, shown)
+        except InputError as e:
+            load.errors.append(e)
+            load.files.append(EventFile(shown, "failed", message=e.reason))
+            continue
+        load.files.append(_insert(con, events, n, title, shown))
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        con.execute("INSERT OR REPLACE INTO file_stats (path, size, mtime_ns, fingerprint, ctime_ns) VALUES (?, ?, ?, ?, ?)",
+                    [str(path.resolve()), st.st_size, st.st_mtime_ns, PULLED + digest, st.st_ctime_ns])
+    return load
+
+
+def ingest_pulled(store: Store, files: list[tuple[Path, str]]) -> IngestReport:
+    """:func:`load_pulled` into ``store``, as the report ``Store.ingest`` gives (its events, errors and notes)."""
+    from billing_audit.store import IngestReport
+
+    if store.read_only:
+        raise BillingAuditError(f"{store.path}: opened read-only, cannot store interruption events")
+    load = load_pulled(store.con, files)
+    return IngestReport(errors=list(load.errors), notes=load.notes(), events=load)
 
 
 def _insert(con: duckdb.DuckDBPyConnection, events: list[Event], n: int, title: str, shown: str) -> EventFile:

@@ -2,7 +2,8 @@
 
 A connector that can fetch its exports from the cloud has a ``pull`` submodule (``connectors/<name>/pull.py``)
 with a ``PULLER`` object satisfying :class:`Puller`: the core finds it through the registry and never names a
-provider.  The CLI builds ``billing-audit pull <name>`` from ``PULLER.help`` and the fields of ``PULLER.Options``
+provider.  One that can fetch its interruption event logs has an ``events_pull`` submodule with another
+``PULLER``, the subcommand ``pull <name>-events``.  The CLI builds ``billing-audit pull <name>`` from ``PULLER.help`` and the fields of ``PULLER.Options``
 (a pydantic model; each field's flag, metavar and help are its ``Field`` metadata), and
 :func:`billing_audit.app.pull` runs the steps:
 
@@ -133,15 +134,21 @@ class Puller(Protocol[OptionsT, PlanT, FetchedT]):
 AnyPuller = Puller[Any, Any, Any]
 
 
+EVENTS = "-events"  # `pull <name>-events`: a connector's ``events_pull`` part (its interruption event logs)
+
+
 def names() -> tuple[str, ...]:
-    """The connectors that can pull (their ``pull`` part is not imported)."""
+    """The pull subcommands, sorted: each connector with a ``pull`` part (its exports) by its name, and each with
+    an ``events_pull`` part (its interruption event logs) as ``<name>-events`` (the parts are not imported)."""
     from billing_audit import registry
 
-    return registry.with_part("pull")
+    return tuple(sorted((*registry.with_part("pull"), *(n + EVENTS for n in registry.with_part("events_pull")))))
 
 
 def puller(name: str) -> AnyPuller:
-    """Connector ``name``'s puller (imports its ``pull`` part; the cloud SDK stays unloaded until it runs)."""
+    """Subcommand ``name``'s puller (imports the part; the cloud SDK stays unloaded until it runs)."""
     from billing_audit import registry
 
+    if name.endswith(EVENTS) and name not in registry.names():
+        return cast(AnyPuller, registry.part(name.removesuffix(EVENTS), "events_pull").PULLER)
     return cast(AnyPuller, registry.part(name, "pull").PULLER)

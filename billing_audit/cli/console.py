@@ -103,6 +103,10 @@ def print_ingest(report: IngestReport, quiet: bool) -> None:
         say(f"note: {note}")
     if quiet and not report.errors:
         return
+    events_only = not report.files and report.events is not None and report.prices is None  # e.g. `pull <cloud>-events`
+    if events_only:
+        say(report.events.summary())
+        return
     parts = [f"{report.count('ingested')} file(s) ingested ({report.rows:,} lines)"]
     if report.count("unchanged"):
         parts.append(f"{report.count('unchanged')} unchanged")

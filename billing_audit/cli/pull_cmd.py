@@ -24,7 +24,7 @@ Downloads go to a cache folder (--cache, default ./billing-audit-cache/<provider
 that keeps each object under its remote key; only the newest delivery of each
 billing period is fetched, unchanged objects are skipped, partial downloads
 resume.  --dry-run lists what would be fetched and its size.
-
+{events}
 \b
 Examples:
 {examples}
@@ -35,9 +35,15 @@ Examples:
 def group_help() -> str:
     """The group's help, from every puller's title and first example."""
     pullers = [pulling.puller(n) for n in pulling.names()]
-    titles = [p.title for p in pullers]
+    exports = [p for p in pullers if not p.name.endswith(pulling.EVENTS)] or pullers
+    events = [p for p in pullers if p.name.endswith(pulling.EVENTS)]
+    titles = [p.title for p in exports]
     joined = ", ".join(titles[:-1]) + " or " + titles[-1] if len(titles) > 1 else "".join(titles)
-    return GROUP_HELP.format(titles=joined, examples="\n".join(f"  {p.example}" for p in pullers))
+    said = "" if not events else (
+        "\nThe <provider>-events subcommands fetch interruption event logs instead\n"
+        f"({', '.join(p.title for p in events)}): every object whose date\n"
+        "folder falls in --period / --since, ingested as `ingest` reads event files.\n")
+    return GROUP_HELP.format(titles=joined, events=said, examples="\n".join(f"  {p.example}" for p in exports + events))
 
 
 def build(name: str) -> click.Command:
