@@ -62,7 +62,7 @@ class S3Events:
         dest.with_name(dest.name + ".part.etag").unlink(missing_ok=True)
 
 
-HELP = """Fetch EC2 interruption events from S3, then store them as `ingest` does.
+HELP = """Fetch EC2 interruption events from S3, then store them (as `ingest` does).
 
 Reads the objects under s3://BUCKET/PREFIX: EventBridge EC2 events a Firehose
 stream delivers (PREFIX/YYYY/MM/DD/HH/<stream>-<version>-<time>-<id>[.gz]),

@@ -68,7 +68,7 @@ def _names_container(url: str) -> bool:
     return parse_storage_url(url)[2] is not None
 
 
-HELP = f"""Fetch Azure Spot evictions from the Activity Log in Blob Storage, then store them as `ingest` does.
+HELP = f"""Fetch Azure Spot evictions from the Activity Log in Blob Storage, then store them.
 
 Reads the blobs a diagnostic setting writes for the subscription's Activity
 Log (categories Administrative and ResourceHealth) in the container

@@ -139,7 +139,7 @@ def make_client(project: str | None = None) -> Any:
         raise _translate(e, "loading credentials") from None
 
 
-HELP = f"""Fetch GCP Spot/preemptible preemptions from a log sink's bucket, then store them as `ingest` does.
+HELP = f"""Fetch GCP preemptions from an audit log sink in Cloud Storage, then store them.
 
 Reads the objects a log sink routing the system_event audit log writes to
 Cloud Storage, gs://BUCKET/{PREFIX}YYYY/MM/DD/
