@@ -36,6 +36,7 @@ _SLASHED = re.compile(r"(?:^|/)(\d{4})/(\d{2})/(\d{2})/(?:(\d{2})/)?")
 _HIVE = re.compile(r"(?:^|/)y(?:ear)?=(\d{4})/m(?:onth)?=(\d{1,2})/d(?:ay)?=(\d{1,2})/(?:h(?:our)?=(\d{1,2})/)?")
 _DT = re.compile(r"(?:^|/)dt=(\d{4})-(\d{2})-(\d{2})/")
 _SINK_HOUR = re.compile(r"^(\d{2}):00:00_\d{2}:59:59_")  # a log sink's hourly file name
+_TRAIL_MINUTE = re.compile(r"_(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z_")  # a CloudTrail file name's delivery minute
 
 
 class Fatal(PullError):
@@ -98,8 +99,11 @@ def date_of(key: str) -> tuple[datetime, timedelta] | None:
         day = datetime(int(str(y)), int(str(mo)), int(str(d)))
     except ValueError:
         return None
-    if h is None and (sink := _SINK_HOUR.match(name)) and best[0] == len(folder):
-        h = sink.group(1)
+    if h is None and best[0] == len(folder):  # a day folder: the file name may say the hour or minute
+        if sink := _SINK_HOUR.match(name):
+            h = sink.group(1)
+        elif (trail := _TRAIL_MINUTE.search(name)) and tuple(map(int, trail.groups()[:3])) == (day.year, day.month, day.day):
+            return day + timedelta(hours=int(trail.group(4)), minutes=int(trail.group(5))), timedelta(minutes=1)
     if h is not None and 0 <= int(h) <= 23:
         return day + timedelta(hours=int(h)), timedelta(hours=1)
     return day, timedelta(days=1)

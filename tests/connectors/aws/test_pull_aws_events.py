@@ -153,6 +153,13 @@ def test_since_takes_the_days_from_it_on(peer: AwsPeer, tmp_path: Path) -> None:
         ("i-0b0000000000b1", datetime(2026, 11, 1, 10, 30), "interruption_warning"),  # the undated export
         ("i-0e0000000000e1", datetime(2026, 12, 9, 8), "rebalance_recommendation"),
     ]
+    quiet = pull(peer, tmp_path, "--since", "2026-12-02", "-q", db=tmp_path / "quiet.duckdb")
+    assert quiet.exit_code == 0, quiet.output
+    # -q: no counts, no progress; the note that an undated object was taken whatever the date is still said
+    assert quiet.stdout == "" and quiet.stderr.splitlines() == [
+        f"note: 1 object(s) have no date in their key (CloudWatch Logs exports: <task id>/<log stream>/000000.gz, "
+        f"e.g. {EXPORT}): fetched whatever the period; their events are stored once like any other"]
+    assert len(rows(tmp_path / "quiet.duckdb")) == 2
     bad = pull(peer, tmp_path, "--since", "2026-12-32")
     assert bad.exit_code == 2 and "--since '2026-12-32': expected YYYY-MM-DD, e.g. 2026-10-01" in bad.stderr
     both = pull(peer, tmp_path, "--since", "2026-12-02", "--period", "2026-11")
