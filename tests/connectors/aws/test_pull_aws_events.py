@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 
 import billing_audit
 from billing_audit.cli import main
-from peers_aws import AwsPeer
+from peers_aws import AwsPeer, Fault
 from support import FIXTURES
 
 pytestmark = pytest.mark.slow
@@ -221,3 +221,17 @@ def test_the_reconciliation_after_a_pull_is_the_one_of_a_local_ingest(peer: AwsP
     assert [(f["resource_id"], f["disputable_amount"]) for f in pulled["fees_without_events"]] == [
         ("i-0d0000000000d2", "0.75")]
     assert pulled == fees(local)
+
+
+def test_throttling_is_retried_and_access_denied_stops_the_pull_in_one_line(peer: AwsPeer, tmp_path: Path) -> None:
+    peer.state.faults.append(Fault(FIREHOSE, status=503, code="SlowDown", times=2))
+    r = pull(peer, tmp_path, "--period", "2026-11")
+    assert r.exit_code == 0, r.output
+    assert rows(tmp_path / "events.duckdb") == NOVEMBER
+    peer.state.faults.append(Fault(LATER, status=403, code="AccessDenied", times=-1))
+    denied = pull(peer, tmp_path, "--since", "2026-12-02", db=tmp_path / "denied.duckdb")
+    assert denied.exit_code == 2
+    assert denied.stderr.strip().splitlines()[-1] == (
+        f"error: access denied to s3://{BUCKET} (get s3://{BUCKET}/{LATER}): the credentials need s3:ListBucket on "
+        "the bucket and s3:GetObject on the objects under the prefix (and the bucket policy / KMS key must allow them)")
+    assert not (tmp_path / "denied.duckdb").exists()  # stopped before the ingest: nothing stored

@@ -185,3 +185,34 @@ def test_the_reconciliation_after_a_pull_matches_the_azure_fee(seeded: Any, prox
     assert (doc["providers_reconciled"], doc["not_reconciled"], doc["fees_without_events"]) == (["azure"], [], [])
     assert (doc["events_held"], doc["totals"]) == (2, [{"currency": "EUR", "fee_lines": 1, "billed_cost": "0.14",
                                                        "fee_lines_disputed": 0, "disputable_amount": "0.00"}])
+
+
+def test_a_sas_url_reads_the_container_and_the_sas_is_never_printed_nor_stored(seeded: Any, proxy: CutProxy,
+                                                                              tmp_path: Path) -> None:
+    from datetime import UTC, timedelta
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    sas = generate_container_sas(ACCOUNT, CONTAINER, account_key=DEV_KEY,
+                                 permission=ContainerSasPermissions(read=True, list=True),
+                                 expiry=datetime.now(UTC) + timedelta(hours=1))
+    sig = dict(p.split("=", 1) for p in sas.split("&"))["sig"]
+    r = CliRunner().invoke(main, ["pull", "azure-events", "--storage-url",
+                                  f"http://127.0.0.1:{proxy.port}/{ACCOUNT}/{CONTAINER}?{sas}", "--period", "2026-11",
+                                  "--db", str(tmp_path / "events.duckdb"), "--cache", str(tmp_path / "cache")],
+                           env={"AZURE_STORAGE_CONNECTION_STRING": ""})
+    assert r.exit_code == 0, r.output
+    assert [x[4] for x in rows(tmp_path / "events.duckdb")] == [url(proxy, BLOB)] * 2  # named without the SAS
+    stored = (tmp_path / "events.duckdb").read_bytes().decode("latin-1")
+    cached = "".join(p.read_bytes().decode("latin-1") for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    for text in (r.output, stored, cached):
+        assert sig not in text and sas not in text
+    wrong = generate_container_sas(ACCOUNT, CONTAINER, account_key=DEV_KEY.replace("E", "F", 1),
+                                   permission=ContainerSasPermissions(read=True, list=True),
+                                   expiry=datetime.now(UTC) + timedelta(hours=1))
+    denied = CliRunner().invoke(main, ["pull", "azure-events", "--storage-url",
+                                       f"http://127.0.0.1:{proxy.port}/{ACCOUNT}/{CONTAINER}?{wrong}",
+                                       "--db", str(tmp_path / "denied.duckdb"), "--cache", str(tmp_path / "cache")],
+                                env={"AZURE_STORAGE_CONNECTION_STRING": ""})
+    assert denied.exit_code == 2 and "access denied" in denied.stderr and "Storage Blob Data Reader" in denied.stderr
+    assert wrong not in denied.output and "Traceback" not in denied.output
