@@ -26,6 +26,9 @@ Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
 
 from __future__ import annotations
 
+from decimal import Decimal
+from typing import Any
+
 import duckdb
 
 from billing_audit.rollup import KEY_HASH, SPOT_RANK, period_filter
@@ -77,6 +80,8 @@ def build(con: duckdb.DuckDBPyConnection, groups: str, keys: str, period: str | 
     """``ba_k8s_parts``, ``ba_k8s_weights`` and ``ba_split_groups`` (the groups with the shared lines in parts,
     each row carrying ``ah``, the key attribution reads, and ``split``) as temp tables; the name of the last, or
     None when no node in the period has parts (the groups are then used as they are)."""
+    for t in ("ba_k8s_weights", "ba_split_groups"):  # another period's, prepared earlier on this connection
+        con.execute(f"DROP TABLE IF EXISTS {t}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_k8s_parts AS {parts_sql(groups, keys, period, has_split_columns(con))}")
     row = con.execute("SELECT count(*) FROM ba_k8s_parts").fetchone()
     if not row or not row[0]:
@@ -132,3 +137,37 @@ SELECT t.h, coalesce(w.ph, t.h) AS ah, TRUE AS split, {", ".join(f"t.{c}" for c 
 FROM targets t JOIN ba_k8s_weights w ON w.provider = t.provider AND w.currency = t.currency AND w.node = t.node
   AND w.hs = t.hs""")
     return "ba_split_groups"
+
+
+def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dict[str, Any] | None:
+    """How the prepared period (:func:`build`) shares the line out, for ``explain``: None when the line is no
+    Kubernetes node's, no pod's record and no labelled row."""
+    from billing_audit.rollup import UNATTRIBUTED
+
+    parent, rid = line.get("x_SplitParentId"), line.get("ResourceId")
+    if parent is not None and parent != rid:
+        return {"role": "pod_record", "node": parent, "weight": line.get("x_SplitCost"),
+                "reason": f"a pod's usage record on node {parent} (split cost allocation data): its split and unused "
+                          "cost weigh the node's lines in that hour; it adds no money of its own"}
+    held = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ba_k8s_weights'").fetchone()
+    start = line.get("ChargePeriodStart")
+    if not held or not held[0] or rid is None or start is None:
+        return None
+    key = [line.get("x_Provider"), line.get("BillingCurrency") or "?", rid, start]
+    where = "provider = ? AND currency = ? AND node = ? AND hs = date_trunc('hour', CAST(? AS TIMESTAMP))"
+    if con.execute(f"SELECT count(*) FROM ba_k8s_parts WHERE {where} AND ph = ?", [*key, h]).fetchone() != (0,):
+        return {"role": "labelled_row", "node": rid,
+                "reason": f"a row of node {rid} split by the bill's Kubernetes cost allocation: attributed by its own "
+                          "labels; its cost weighs the node's other lines in that hour"}
+    rows = con.execute(f"""SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), w.ph IS NULL,
+        w.w, w.denom, w.anchor FROM ba_k8s_weights w LEFT JOIN ba_attr a ON a.h = coalesce(w.ph, ?)
+        WHERE {where.replace('provider', 'w.provider').replace('currency', 'w.currency').replace('node', 'w.node')
+               .replace('hs', 'w.hs')} ORDER BY w.w DESC, w.ph""", [h, *key]).fetchall()
+    if not rows or (line.get("ChargePeriodStart") is None):
+        return None
+    parts = [{"job": job, "team": team, "unallocated_node_share": bool(rest), "weight": w,
+              "share": (Decimal(w) / Decimal(d)) if d else None, "gets_rounding_remainder": bool(anchor)}
+             for job, team, rest, w, d, anchor in rows]
+    return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
+            "reason": f"a line of Kubernetes node {rid} in the hour {start:%Y-%m-%d %H:00}: shared out to the pods that "
+                      "ran on it by the bill's split (the node's own attribution keeps what no pod covers)"}
