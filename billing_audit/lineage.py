@@ -146,7 +146,9 @@ WHERE k.h = {int(h)}"""
         key = jkeys[[v is not None for v in r["job_tags"]].index(True)]
         job_from = {"source": "tag", "key": key.lower(), "value": r["tag_job"]}
     else:
-        tried_job.append(f"no job tag ({', '.join(jkeys)})")
+        tried_job.append(f"no job tag ({', '.join(a.job_tag_keys)})")
+        if a.kubernetes_job_label_keys:
+            tried_job.append(f"no Kubernetes job label ({', '.join(a.kubernetes_job_label_keys)})")
         if r["res_job"] is not None:
             job_from = {"source": "resource_majority", "resource": res, "value": r["res_job"],
                         "lines": int(r["res_job_n"]), "of": int(r["res_n"])}
@@ -191,7 +193,9 @@ def _team_chain(cfg: Config, r: dict[str, Any], tried: list[str]) -> dict[str, A
     if r["tag_team"] is not None:
         key = tkeys[[v is not None for v in r["team_tags"]].index(True)]
         return {"source": "tag", "key": key.lower(), "value": r["tag_team"]}
-    tried.append(f"no team tag ({', '.join(tkeys)})")
+    tried.append(f"no team tag ({', '.join(a.team_tag_keys)})")
+    if a.kubernetes_namespace_team:
+        tried.append("no Kubernetes namespace")
     if r["res_team"] is not None:
         return {"source": "resource_majority", "resource": r["ResourceId"], "value": r["res_team"],
                 "lines": int(r["res_team_n"]), "of": int(r["res_n"])}
