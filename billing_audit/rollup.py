@@ -293,7 +293,8 @@ def label_spellings(key: str) -> list[str]:
 
 def job_tag_keys(cfg: Config) -> list[str]:
     """The tag keys that name a line's job, first match wins: the config's job keys as GKE pod labels (more
-    specific than the project's labels GKE rows inherit), as tags (EKS pod labels among them), then the training operators' labels (``kubernetes_job_label_keys``)."""
+    specific than the project's labels GKE rows inherit), as tags (EKS pod labels among them), then the training
+    operators' labels (``kubernetes_job_label_keys``)."""
     a = cfg.attribution
     keys = [f"k8s-label/{k.lower()}" for k in a.job_tag_keys] + [k.lower() for k in a.job_tag_keys]
     for k in a.kubernetes_job_label_keys:

@@ -72,7 +72,6 @@ def check_rules(rules: Sequence[Rule], engine: str, params: dict[str, Any] | Non
 def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
                    checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back."""
-    a = cfg.attribution
     if basis not in rollup.COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     hits = " UNION ALL ".join(
