@@ -151,3 +151,20 @@ def test_job_label_keys_come_from_the_config(store_path: Path) -> None:
     un = {r["team"]: r["spot_compute_cost"] for r in rows if r["job"] == "(unattributed)"}
     assert un == {"research": D("14.000000000000"), "(unattributed)": D("2.000000000000")}  # the namespace's team
     assert sum((r["total_cost"] for r in rows), D(0)) == D("31.300000000000")
+
+
+def test_a_store_written_before_the_split_columns_gains_them(tmp_path: Path) -> None:
+    """A store whose line_items lack x_SplitParentId / x_SplitCost (an older version's) gets them, NULL for its
+    lines, when opened for writing, and then takes an export with split cost allocation data."""
+    path = tmp_path / "old.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([GKE]).errors
+        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitCost")
+        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitParentId")
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.tag()
+        got = store.con.execute("SELECT x_Provider, count(x_SplitParentId), sum(x_SplitCost) FROM line_items "
+                                "GROUP BY 1 ORDER BY 1").fetchall()
+    # 5 pod-hours of 2 records each; their weights: llm-a 5 + 3 + 6, rl-b 3 + 6
+    assert got == [("aws", 10, D("23.000000000000")), ("gcp", 0, None)]
