@@ -168,3 +168,20 @@ def test_a_store_written_before_the_split_columns_gains_them(tmp_path: Path) -> 
                                 "GROUP BY 1 ORDER BY 1").fetchall()
     # 5 pod-hours of 2 records each; their weights: llm-a 5 + 3 + 6, rl-b 3 + 6
     assert got == [("aws", 10, D("23.000000000000")), ("gcp", 0, None)]
+
+
+def test_explain_command_lists_the_parts(store_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+
+    with billing_audit.open(store_path, read_only=True) as store:
+        node = store.con.execute("SELECT x_LineItemId FROM line_items WHERE ResourceId = 'i-0e1a2b3c4d5e60002'"
+                                 ).fetchone()
+    assert node
+    r = CliRunner().invoke(main, ["explain", node[0], "--db", str(store_path)])
+    assert r.exit_code == 0, r.output
+    assert "kubernetes         a line of Kubernetes node i-0e1a2b3c4d5e60002 in the hour 2026-07-10 10:00" in r.output
+    assert "    llm-a / research: share 0.750000 (weight 6.0000), pod part\n" in r.output
+    assert ("    (unattributed) / (unattributed): share 0.250000 (weight 2.0000), unallocated node share (the line's "
+            "own attribution); takes the rounding remainder\n") in r.output
