@@ -166,6 +166,9 @@ class Explanation:
     # a checkpoint re-read or egress line: linked (in a restart window of its job row), counted_as, the interruptions
     # opening the window (start, end, source), the window's periods, or the reason it is unlinked checkpoint I/O
     window: dict[str, Any] | None = None
+    # a Kubernetes node's line shared out to its pods' jobs (billing_audit.kubernetes.explain: role, node, parts with
+    # job, team, weight, share), a pod's usage record, or a GKE cost allocation row; None for any other line
+    kubernetes: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # line, hits = explanation (as Store.explain gives them)
         return iter((self.line, self.hits))
@@ -177,7 +180,7 @@ class Explanation:
 
         return envelope("explain", {"line_item_id": self.line.get("x_LineItemId")}, line=self.line, hits=self.hits,
                         on_demand=self.on_demand, attribution=self.attribution, category=self.category,
-                        window=self.window)
+                        window=self.window, **({"kubernetes": self.kubernetes} if self.kubernetes else {}))
 
 
 def explain(db: str | Store, line_item_id: str, config_path: str | None = None) -> Explanation:
@@ -191,7 +194,7 @@ def explain(db: str | Store, line_item_id: str, config_path: str | None = None) 
         line, hits = Store.explain(store, line_item_id)  # the store's own (a notebook Store's explain calls here)
         od = pricing.line(store.con, line_item_id)
         why = lineage.explain_line(store, cfg, line, hits)
-    return Explanation(line, hits, od, why["attribution"], why["category"], why["window"])
+    return Explanation(line, hits, od, why["attribution"], why["category"], why["window"], why.get("kubernetes"))
 
 
 def lines_export(db: str | Store, folder: str | Path, period: str | None = None) -> int:

@@ -29,6 +29,16 @@ CHECKPOINT_TAG_VALUES: tuple[str, ...] = ("checkpoint", "checkpoints", "ckpt")
 CHECKPOINT_NAME_PATTERNS: tuple[str, ...] = ("%checkpoint%", "%ckpt%")
 
 
+KUBERNETES_JOB_LABEL_KEYS = (
+    "training.kubeflow.org/job-name",  # Kubeflow training operator (PyTorchJob, TFJob, MPIJob, ...)
+    "ray.io/cluster",  # KubeRay: the Ray cluster a job's pods form
+    "volcano.sh/job-name",  # Volcano
+    "jobset.sigs.k8s.io/jobset-name",  # JobSet
+    "batch.kubernetes.io/job-name",  # a Kubernetes Job's pods (1.27+)
+    "job-name",  # the same, older spelling
+)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
@@ -41,6 +51,11 @@ class Attribution(_Strict):
     checkpoint_resources: list[str] = Field(default_factory=list)
     resource_map: str | None = None
     account_teams: dict[str, str] = Field(default_factory=dict)
+    # Kubernetes pod labels that name a training job (after job_tag_keys): the training operators' own labels.
+    # Looked up as the bill spells imported labels: the key itself, with non-alphanumerics as "_", and "k8s-label/<key>".
+    kubernetes_job_label_keys: list[str] = Field(default_factory=lambda: list(KUBERNETES_JOB_LABEL_KEYS))
+    # a pod's team, when no team key names it: its Kubernetes namespace (kube:unallocated and the like excluded)
+    kubernetes_namespace_team: bool = True
 
 
 class JobEstimate(_Strict):

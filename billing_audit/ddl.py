@@ -13,6 +13,11 @@ from billing_audit import prices, schema
 from billing_audit.rules import CATEGORIES
 
 LINE_ITEMS = schema.create_line_items_sql()
+# columns added to line_items after stores were written (a store of an older version gains them, NULL)
+LINE_ITEMS_ADDED = [
+    "ALTER TABLE line_items ADD COLUMN IF NOT EXISTS x_SplitParentId VARCHAR",
+    "ALTER TABLE line_items ADD COLUMN IF NOT EXISTS x_SplitCost DECIMAL(38,12)",
+]
 
 BOOKKEEPING = [
     """CREATE TABLE IF NOT EXISTS deliveries (

@@ -26,8 +26,10 @@ from billing_audit.rollup import (
     build_groups,
     completed_tag_run,
     current_groups,
+    job_tag_keys,
     like_pattern,
     period_bounds,
+    team_tag_keys,
     with_ctes,
 )
 from billing_audit.rules import CATEGORIES
@@ -79,7 +81,13 @@ def explain_line(store: Store, cfg: Config, line: dict[str, Any], hits: list[dic
     window = None
     if category in CHECKPOINT:
         window = _window(con, cfg, attr, line, category)
-    return {"attribution": attr, "category": category, "window": window}
+    from billing_audit import kubernetes
+
+    shared = kubernetes.explain(con, line, h)
+    out = {"attribution": attr, "category": category, "window": window}
+    if shared is not None:  # a Kubernetes node's line goes to its pods' jobs in parts, not to one job
+        out["kubernetes"] = shared
+    return out
 
 
 def _attribution(con: duckdb.DuckDBPyConnection, cfg: Config, h: int, period: str | None,
@@ -87,6 +95,7 @@ def _attribution(con: duckdb.DuckDBPyConnection, cfg: Config, h: int, period: st
     """The line's job and team from rollup's attribution CTEs over ``period`` (None: every line, as a report of a
     store holding one period computes it); ``month`` is the billing month shown."""
     a = cfg.attribution
+    jkeys, tkeys = job_tag_keys(cfg), team_tag_keys(cfg)
     stored = current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
     try:
@@ -96,8 +105,8 @@ def _attribution(con: duckdb.DuckDBPyConnection, cfg: Config, h: int, period: st
             f"OR k.ResourceName LIKE {lit(like_pattern(r['resource']))} ESCAPE '\\' THEN {i}"
             for i, r in enumerate(cfg.resource_rows, start=1))
         maprow_sql = f"CASE {maprow} END" if maprow else "CAST(NULL AS INTEGER)"
-        job_keys = ", ".join(f"NULLIF(TRIM(kk.Tags[{lit(t.lower())}]), '')" for t in a.job_tag_keys) or "NULL"
-        team_keys = ", ".join(f"NULLIF(TRIM(kk.Tags[{lit(t.lower())}]), '')" for t in a.team_tag_keys) or "NULL"
+        job_keys = ", ".join(f"NULLIF(TRIM(kk.Tags[{lit(t.lower())}]), '')" for t in jkeys) or "NULL"
+        team_keys = ", ".join(f"NULLIF(TRIM(kk.Tags[{lit(t.lower())}]), '')" for t in tkeys) or "NULL"
         final = f"""
 SELECT t.job, t.team, k.provider, k.currency, k.ResourceId, k.ResourceName, k.SubAccountId, k.BillingAccountId,
        k.tag_job, k.tag_team, rj.tag_job AS res_job, rt.tag_team AS res_team, {maprow_sql} AS map_row,
@@ -134,10 +143,12 @@ WHERE k.h = {int(h)}"""
     tried_job: list[str] = []
     job_from: dict[str, Any]
     if r["tag_job"] is not None:
-        key = a.job_tag_keys[[v is not None for v in r["job_tags"]].index(True)]
+        key = jkeys[[v is not None for v in r["job_tags"]].index(True)]
         job_from = {"source": "tag", "key": key.lower(), "value": r["tag_job"]}
     else:
         tried_job.append(f"no job tag ({', '.join(a.job_tag_keys)})")
+        if a.kubernetes_job_label_keys:
+            tried_job.append(f"no Kubernetes job label ({', '.join(a.kubernetes_job_label_keys)})")
         if r["res_job"] is not None:
             job_from = {"source": "resource_majority", "resource": res, "value": r["res_job"],
                         "lines": int(r["res_job_n"]), "of": int(r["res_n"])}
@@ -178,10 +189,13 @@ def _map_from(cfg: Config, r: dict[str, Any], field: str, tried: list[str]) -> d
 def _team_chain(cfg: Config, r: dict[str, Any], tried: list[str]) -> dict[str, Any]:
     """The line's own team: its tag, its resource's majority, the map row, then the account map."""
     a = cfg.attribution
+    tkeys = team_tag_keys(cfg)
     if r["tag_team"] is not None:
-        key = a.team_tag_keys[[v is not None for v in r["team_tags"]].index(True)]
+        key = tkeys[[v is not None for v in r["team_tags"]].index(True)]
         return {"source": "tag", "key": key.lower(), "value": r["tag_team"]}
     tried.append(f"no team tag ({', '.join(a.team_tag_keys)})")
+    if a.kubernetes_namespace_team:
+        tried.append("no Kubernetes namespace")
     if r["res_team"] is not None:
         return {"source": "resource_majority", "resource": r["ResourceId"], "value": r["res_team"],
                 "lines": int(r["res_team_n"]), "of": int(r["res_n"])}

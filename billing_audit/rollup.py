@@ -26,6 +26,8 @@ ROW_NUMBER, explicit GROUP BY), so other engines can run the same steps.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from billing_audit.config import Config
@@ -264,10 +266,50 @@ def like_pattern(pattern: str) -> str:
 
 def first_tag(keys: list[str], tags: str = "k.Tags") -> str:
     """The first non-blank value among the tag keys, trimmed and lower-cased (tag keys are stored lower-case)."""
-    parts = [f"NULLIF(TRIM({tags}[{lit(k.lower())}]), '')" for k in keys]
+    def one(k: str) -> str:
+        v = f"NULLIF(TRIM({tags}[{lit(k.lower())}]), '')"
+        return f"CASE WHEN {v} NOT LIKE '{NO_NAMESPACE}' THEN {v} END" if k in NAMESPACE_KEYS else v
+
+    parts = [one(k) for k in keys]
     if not parts:
         return "CAST(NULL AS VARCHAR)"
     return f"LOWER({parts[0] if len(parts) == 1 else 'COALESCE(' + ', '.join(parts) + ')'})"
+
+
+# where the bills put a pod's Kubernetes namespace: EKS split cost allocation data (``aws:eks:namespace``; CUR 2.0
+# keeps the ``aws_`` prefix in resource_tags), GKE cost allocation (``k8s-namespace``)
+NAMESPACE_KEYS = ("aws_eks_namespace", "aws:eks:namespace", "k8s-namespace")
+# namespace values that name no tenant: GKE's unallocated and system-overhead rows
+NO_NAMESPACE = "kube:%"
+
+
+def label_spellings(key: str) -> list[str]:
+    """A Kubernetes pod label key as the bills spell it in the tag map: itself (EKS imported labels, ``user_``
+    dropped), with non-alphanumerics as ``_`` (the CUR column-name spelling), and GKE's ``k8s-label/<key>``."""
+    k = key.strip().lower()
+    out = [k, re.sub(r"[^a-z0-9]+", "_", k).strip("_"), f"k8s-label/{k}"]
+    return list(dict.fromkeys(x for x in out if x))
+
+
+def job_tag_keys(cfg: Config) -> list[str]:
+    """The tag keys that name a line's job, first match wins: the config's job keys as GKE pod labels (more
+    specific than the project's labels GKE rows inherit), as tags (EKS pod labels among them), then the training
+    operators' labels (``kubernetes_job_label_keys``)."""
+    a = cfg.attribution
+    keys = [f"k8s-label/{k.lower()}" for k in a.job_tag_keys] + [k.lower() for k in a.job_tag_keys]
+    for k in a.kubernetes_job_label_keys:
+        keys += label_spellings(k)
+    return list(dict.fromkeys(keys))
+
+
+def team_tag_keys(cfg: Config) -> list[str]:
+    """The tag keys that name a line's team: the config's team keys as GKE pod labels, as tags, then (unless
+    ``kubernetes_namespace_team = false``) the pod's namespace."""
+    a = cfg.attribution
+    keys = [f"k8s-label/{k.lower()}" for k in a.team_tag_keys] + [k.lower() for k in a.team_tag_keys]
+    if a.kubernetes_namespace_team:
+        keys += NAMESPACE_KEYS
+    return list(dict.fromkeys(keys))
 
 
 def period_bounds(period: str) -> tuple[str, str]:
@@ -318,16 +360,19 @@ def attribution_ctes(cfg: Config, groups: str, keys: str, period: str | None,
                          f"THEN {lit(r[field].strip().lower() or None)}")
         return ("CASE " + " ".join(whens) + " END") if whens else "CAST(NULL AS VARCHAR)"
 
+    # a node's rows split by GKE cost allocation (billing_audit.kubernetes); engines' keys carry no tag map
+    pod = "FALSE" if tags_extracted else "k.Tags['k8s-namespace'] IS NOT NULL"
     job, team = (("k.tag_job", "k.tag_team") if tags_extracted
-                 else (first_tag(a.job_tag_keys), first_tag(a.team_tag_keys)))
+                 else (first_tag(job_tag_keys(cfg)), first_tag(team_tag_keys(cfg))))
     return [
         ("keyed", f"""
   SELECT k.h, k.provider, k.currency, k.ResourceId, k.ResourceName, k.SubAccountId, k.BillingAccountId,
-         {job} AS tag_job, {team} AS tag_team, p.n
+         {job} AS tag_job, {team} AS tag_team, p.n, {pod} AS pod
   FROM {keys} k JOIN (SELECT g.h, SUM(g.n) AS n FROM {groups} g WHERE {period_filter(period)} GROUP BY g.h) p
     ON p.h = k.h"""),
-        ("res_job", _mode("tag_job", "provider, ResourceId", "keyed")),
-        ("res_team", _mode("tag_team", "provider, ResourceId", "keyed")),
+        # a resource's usual tags speak for its untagged lines; a GKE node's pod rows do not speak for the node
+        ("res_job", _mode("tag_job", "provider, ResourceId", "(SELECT * FROM keyed WHERE NOT pod) kn")),
+        ("res_team", _mode("tag_team", "provider, ResourceId", "(SELECT * FROM keyed WHERE NOT pod) kn")),
         ("lined", f"""
   SELECT k.h, k.n, COALESCE(k.tag_job, rj.tag_job, {mapped("job")}) AS line_job,
          COALESCE(k.tag_team, rt.tag_team, {mapped("team")}, {acc("k.SubAccountId")}, {acc("k.BillingAccountId")})
@@ -349,16 +394,22 @@ def with_ctes(ctes: list[tuple[str, str]]) -> str:
     return (f"WITH {head}\n" if head else "") + ctes[-1][1]
 
 
-def aggregate_steps(groups: str, keys: str, period: str | None, basis: str) -> list[tuple[str, str]]:
+def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
+                    split: bool = False) -> list[tuple[str, str]]:
     """Step 3: ba_agg, ba_spot_hours, ba_spot_res and ba_win (the restart-window lines by charge period: fees,
-    signals, checkpoint re-reads and egress) from the groups and ``ba_attr``."""
+    signals, checkpoint re-reads and egress) from the groups and ``ba_attr``.  ``split``: the groups are
+    :mod:`billing_audit.kubernetes`'s (a node's lines in parts: attribution by ``ah``, a job's parts of one
+    charge period add up their spot hours)."""
     if basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     cost = basis
     priced = "0" if basis == "list" else f"g.priced_{basis}"
     unpriced = "0" if basis == "list" else f"g.unpriced_{basis}"
     cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
-    joined = (f"{groups} g JOIN ba_attr t ON t.h = g.h JOIN {keys} k ON k.h = g.h WHERE {period_filter(period)}")
+    joined = (f"{groups} g JOIN ba_attr t ON t.h = g.{'ah' if split else 'h'} JOIN {keys} k ON k.h = g.h "
+              f"WHERE {period_filter(period)}")
+    hm = ("coalesce(MAX(CASE WHEN NOT g.split THEN g.hours END), 0) + coalesce(SUM(CASE WHEN g.split THEN g.hours END), 0)"
+          if split else "MAX(g.hours)")
     return [
         ("ba_agg", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
@@ -369,7 +420,7 @@ FROM {joined}
 GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal, k.BillingAccountId"""),
         ("ba_spot_hours", f"""
 SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
-  SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, MAX(g.hours) AS hm
+  SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {hm} AS hm
   FROM {joined} AND g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND g.cpe IS NOT NULL
   GROUP BY t.job, t.team, k.provider, k.currency, g.cps, g.cpe) s
 GROUP BY job, team, provider, currency"""),
@@ -393,7 +444,10 @@ def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, bas
     stored = current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {with_ctes(attribution_ctes(cfg, groups, keys, period))}")
-    for name, sql in aggregate_steps(groups, keys, period, basis):
+    from billing_audit import kubernetes
+
+    split = kubernetes.build(con, groups, keys, period)  # Kubernetes nodes' lines shared out to their pods
+    for name, sql in aggregate_steps(split or groups, keys, period, basis, split=split is not None):
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
     if not stored:
         con.execute("DROP TABLE IF EXISTS ba_line_groups")

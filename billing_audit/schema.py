@@ -97,6 +97,10 @@ EXTRA_COLUMNS: tuple[Column, ...] = (
     _c("x_TagsRaw", TEXT, "the raw tag string when it could not be parsed"),
     _c("x_ExportTime", TIME, "GCP export_time; when the source says when it wrote the row"),
     _c("x_IngestId", "BIGINT", "the ingest (delivery) that brought the line"),
+    _c("x_SplitParentId", TEXT, "a container (Kubernetes pod) usage record: the node it ran on (AWS split cost "
+       "allocation data); its money stays the node's line's, it only says the pod's share"),
+    _c("x_SplitCost", MONEY, "the pod's part of the node in that charge period as the bill splits it (AWS: split "
+       "cost + unused cost); a weight for sharing the node's line, never added to totals"),
 )
 
 COLUMNS: tuple[Column, ...] = FOCUS_COLUMNS + EXTRA_COLUMNS

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINE_ITEMS, PRICE_TABLES
+from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINE_ITEMS, LINE_ITEMS_ADDED, PRICE_TABLES
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
@@ -206,7 +206,7 @@ class Store:
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
         self.con.execute(LINE_ITEMS)
-        for ddl in (*BOOKKEEPING, *PRICE_TABLES, *EVENT_TABLES):
+        for ddl in (*LINE_ITEMS_ADDED, *BOOKKEEPING, *PRICE_TABLES, *EVENT_TABLES):
             self.con.execute(ddl)
 
     def close(self) -> None:

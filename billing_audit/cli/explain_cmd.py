@@ -36,7 +36,8 @@ def explain(line_item_id: str, db: str, config_path: str | None, fmt: str) -> No
 
     JSON: schema_version, generated_at, filters, the line's every column (money as exact
     decimal strings), its rule hits, on_demand, attribution (job, team, job_from, team_from),
-    category and window (null unless a checkpoint re-read or egress line).
+    category and window (null unless a checkpoint re-read or egress line), and for a Kubernetes node's line,
+    a pod's record or a GKE cost allocation row, kubernetes (role, node, parts: job, team, weight, share).
     """
     found = app.explain(db, line_item_id, config_path)
     if fmt == "json":
@@ -55,6 +56,22 @@ def explain(line_item_id: str, db: str, config_path: str | None, fmt: str) -> No
         echo(on_demand_text(od, line.get("BillingCurrency")))
     for text in placement_text(found.attribution, found.category, found.window):
         echo(text)
+    for text in kubernetes_text(found.kubernetes):
+        echo(text)
+
+
+def kubernetes_text(k: dict[str, Any] | None) -> list[str]:
+    """A Kubernetes node's line shared out to its pods' jobs (each part's job, team, share), or what a pod record or
+    a GKE cost allocation row is."""
+    if k is None:
+        return []
+    out = [f"  kubernetes         {k['reason']}"]
+    for p in k.get("parts", []):
+        who = "unallocated node share (the line's own attribution)" if p["unallocated_node_share"] else "pod part"
+        share = "n/a" if p["share"] is None else f"{p['share']:.6f}"
+        rest = "; takes the rounding remainder" if p["gets_rounding_remainder"] else ""
+        out.append(f"    {p['job']} / {p['team']}: share {share} (weight {p['weight']:.4f}), {who}{rest}")
+    return out
 
 
 def _source(f: dict[str, Any], what: str) -> str:

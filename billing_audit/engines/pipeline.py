@@ -72,7 +72,6 @@ def check_rules(rules: Sequence[Rule], engine: str, params: dict[str, Any] | Non
 def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
                    checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back."""
-    a = cfg.attribution
     if basis not in rollup.COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     hits = " UNION ALL ".join(
@@ -83,8 +82,8 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
     ) or "SELECT CAST(NULL AS VARCHAR) AS x_LineItemId, CAST(NULL AS VARCHAR) AS rule_id, " \
          "CAST(NULL AS VARCHAR) AS category WHERE FALSE"
     pf = rollup.period_filter(period, "l.BillingPeriodStart")
-    job = rollup.first_tag(a.job_tag_keys, "l.Tags")
-    team = rollup.first_tag(a.team_tag_keys, "l.Tags")
+    job = rollup.first_tag(rollup.job_tag_keys(cfg), "l.Tags")
+    team = rollup.first_tag(rollup.team_tag_keys(cfg), "l.Tags")
     g0_cols = ["provider", "currency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId",
                "tag_job", "tag_team", *(c for c, _ in rollup.GROUP_COLUMNS)]
     g0_exprs = [

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from billing_audit.formats import (
+    NUM,
     RAW,
     TEXT,
     DeliveryHint,
@@ -39,6 +40,10 @@ CUR2_COLUMNS: dict[str, str] = {
     "product_fee_code": TEXT,
     "product_product_family": TEXT,
     "pricing_purchase_option": TEXT,
+    # split cost allocation data (EKS/ECS container usage records); absent unless the export includes it
+    "split_line_item_parent_resource_id": TEXT,
+    "split_line_item_split_cost": NUM,
+    "split_line_item_unused_cost": NUM,
     **{c: RAW for c in MAP_COLUMNS},
 }
 
@@ -191,6 +196,19 @@ def _tags_raw(cols: dict[str, str]) -> str:
     return f"CASE WHEN ba_tags_malformed(CAST({col} AS VARCHAR)) THEN CAST({col} AS VARCHAR) END"
 
 
+def _split(cols: dict[str, str]) -> str:
+    """Split cost allocation data: a container usage record's parent instance and its part of the instance in
+    that hour, ``split_line_item_split_cost`` + ``split_line_item_unused_cost`` (AWS: the instance's unused
+    cost is spread over its containers in proportion to their split usage, so the parts add up to the
+    instance's amortised cost).  Nothing when the export has no split columns."""
+    if "split_line_item_parent_resource_id" not in cols:
+        return ""
+    parts = [c for c in ("split_line_item_split_cost", "split_line_item_unused_cost") if c in cols]
+    weight = " + ".join(f"coalesce({c}, 0)" for c in parts) if parts else "NULL"
+    return ("  nullif(split_line_item_parent_resource_id, '') AS x_SplitParentId,\n"
+            f"  CASE WHEN nullif(split_line_item_parent_resource_id, '') IS NOT NULL THEN {weight} END AS x_SplitCost,\n")
+
+
 class Cur2(ExportFormat):
     id = "aws-cur2"
     provider = "aws"
@@ -234,7 +252,7 @@ class Cur2(ExportFormat):
             tags=_tags(cols),
             **list_cost_sql(cols),
         )
-        extra = _NAMES + f"  {_tags_raw(cols)} AS x_TagsRaw,\n"
+        extra = _NAMES + f"  {_tags_raw(cols)} AS x_TagsRaw,\n" + _split(cols)
         return sql.replace(_ANCHOR, _ANCHOR + extra, 1)
 
 

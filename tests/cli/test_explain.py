@@ -130,6 +130,9 @@ def test_team_from_the_account_map_and_no_job(attributed: tuple[Path, Path, dict
     assert a["team_from"] == {"source": "account_teams", "account": "111122223333", "column": "SubAccountId",
                               "value": "finance"}
     assert a["job_from"]["tried"] == ["no job tag (training-job, training_job, job, job-id, job_id)",
+                                      "no Kubernetes job label (training.kubeflow.org/job-name, ray.io/cluster, "
+                                      "volcano.sh/job-name, jobset.sigs.k8s.io/jobset-name, "
+                                      "batch.kubernetes.io/job-name, job-name)",
                                       "no line of resource vol-acct carries one",
                                       "no resource-map row matches vol-acct (2 rows)"]
 

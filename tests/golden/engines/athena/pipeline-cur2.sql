@@ -562,19 +562,58 @@ WITH line_items AS (
     l.BillingAccountId AS BillingAccountId,
     LOWER(
       COALESCE(
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training-job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training_job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job-id')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job_id')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training-job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training_job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job-id')), ''),
-        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_id')), '')
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_id')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training.kubeflow.org/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training_kubeflow_org_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training.kubeflow.org/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'ray.io/cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'ray_io_cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/ray.io/cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'volcano.sh/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'volcano_sh_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/volcano.sh/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'jobset.sigs.k8s.io/jobset-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'jobset_sigs_k8s_io_jobset_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/jobset.sigs.k8s.io/jobset-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'batch.kubernetes.io/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'batch_kubernetes_io_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/batch.kubernetes.io/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job-name')), '')
       )
     ) AS tag_job,
     LOWER(
       COALESCE(
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/team')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/cost-center')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/costcenter')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/owner')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'team')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'cost-center')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'costcenter')), ''),
-        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'owner')), '')
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'owner')), ''),
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws_eks_namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws_eks_namespace')), '')
+        END,
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws:eks:namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws:eks:namespace')), '')
+        END,
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-namespace')), '')
+        END
       )
     ) AS tag_team,
     l.BillingPeriodStart AS bps,
@@ -810,19 +849,58 @@ WITH line_items AS (
     l.BillingAccountId,
     LOWER(
       COALESCE(
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training-job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training_job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job-id')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job_id')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training-job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training_job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job-id')), ''),
-        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_id')), '')
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_id')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training.kubeflow.org/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'training_kubeflow_org_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/training.kubeflow.org/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'ray.io/cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'ray_io_cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/ray.io/cluster')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'volcano.sh/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'volcano_sh_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/volcano.sh/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'jobset.sigs.k8s.io/jobset-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'jobset_sigs_k8s_io_jobset_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/jobset.sigs.k8s.io/jobset-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'batch.kubernetes.io/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'batch_kubernetes_io_job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/batch.kubernetes.io/job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job-name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'job_name')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/job-name')), '')
       )
     ),
     LOWER(
       COALESCE(
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/team')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/cost-center')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/costcenter')), ''),
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-label/owner')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'team')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'cost-center')), ''),
         NULLIF(TRIM(ELEMENT_AT(l.Tags, 'costcenter')), ''),
-        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'owner')), '')
+        NULLIF(TRIM(ELEMENT_AT(l.Tags, 'owner')), ''),
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws_eks_namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws_eks_namespace')), '')
+        END,
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws:eks:namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'aws:eks:namespace')), '')
+        END,
+        CASE
+          WHEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-namespace')), '') NOT LIKE 'kube:%'
+          THEN NULLIF(TRIM(ELEMENT_AT(l.Tags, 'k8s-namespace')), '')
+        END
       )
     ),
     l.BillingPeriodStart,
@@ -904,7 +982,8 @@ WITH line_items AS (
     k.BillingAccountId,
     k.tag_job AS tag_job,
     k.tag_team AS tag_team,
-    p.n
+    p.n,
+    FALSE AS pod
   FROM line_group_keys AS k
   JOIN (
     SELECT
@@ -929,7 +1008,13 @@ WITH line_items AS (
       ResourceId,
       tag_job,
       ROW_NUMBER() OVER (PARTITION BY provider, ResourceId ORDER BY SUM(n) DESC, tag_job) AS rn
-    FROM keyed
+    FROM (
+      SELECT
+        *
+      FROM keyed
+      WHERE
+        NOT pod
+    ) AS kn
     WHERE
       NOT tag_job IS NULL
     GROUP BY
@@ -950,7 +1035,13 @@ WITH line_items AS (
       ResourceId,
       tag_team,
       ROW_NUMBER() OVER (PARTITION BY provider, ResourceId ORDER BY SUM(n) DESC, tag_team) AS rn
-    FROM keyed
+    FROM (
+      SELECT
+        *
+      FROM keyed
+      WHERE
+        NOT pod
+    ) AS kn
     WHERE
       NOT tag_team IS NULL
     GROUP BY

@@ -332,7 +332,9 @@ WITH gcp_fields AS (
     CAST(NULL AS STRING) AS ServiceSubcategory,
     CAST(NULL AS STRING) AS SkuMeter,
     CAST(NULL AS STRING) AS SkuPriceDetails,
-    CAST(NULL AS STRING) AS SkuPriceId
+    CAST(NULL AS STRING) AS SkuPriceId,
+    CAST(NULL AS STRING) AS x_SplitParentId,
+    CAST(NULL AS BIGNUMERIC) AS x_SplitCost
   FROM (
     SELECT
       *,
@@ -730,6 +732,71 @@ WITH gcp_fields AS (
                 tg.value
               FROM UNNEST(l.Tags) AS tg
               WHERE
+                tg.key = 'k8s-label/training-job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/training_job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job-id'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job_id'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
                 tg.key = 'training-job'
               LIMIT 1
             )
@@ -787,11 +854,297 @@ WITH gcp_fields AS (
             )
           ),
           ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'training.kubeflow.org/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'training_kubeflow_org_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/training.kubeflow.org/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'ray.io/cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'ray_io_cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/ray.io/cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'volcano.sh/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'volcano_sh_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/volcano.sh/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'jobset.sigs.k8s.io/jobset-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'jobset_sigs_k8s_io_jobset_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/jobset.sigs.k8s.io/jobset-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'batch.kubernetes.io/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'batch_kubernetes_io_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/batch.kubernetes.io/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
         )
       )
     ) AS tag_job,
     LOWER(
       COALESCE(
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/team'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/cost-center'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/costcenter'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/owner'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
         NULLIF(
           TRIM(
             (
@@ -843,7 +1196,91 @@ WITH gcp_fields AS (
             )
           ),
           ''
-        )
+        ),
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws_eks_namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws_eks_namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END,
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws:eks:namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws:eks:namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END,
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'k8s-namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'k8s-namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END
       )
     ) AS tag_team,
     l.BillingPeriodStart AS bps,
@@ -1078,6 +1515,71 @@ WITH gcp_fields AS (
                 tg.value
               FROM UNNEST(l.Tags) AS tg
               WHERE
+                tg.key = 'k8s-label/training-job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/training_job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job-id'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job_id'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
                 tg.key = 'training-job'
               LIMIT 1
             )
@@ -1135,11 +1637,297 @@ WITH gcp_fields AS (
             )
           ),
           ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'training.kubeflow.org/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'training_kubeflow_org_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/training.kubeflow.org/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'ray.io/cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'ray_io_cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/ray.io/cluster'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'volcano.sh/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'volcano_sh_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/volcano.sh/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'jobset.sigs.k8s.io/jobset-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'jobset_sigs_k8s_io_jobset_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/jobset.sigs.k8s.io/jobset-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'batch.kubernetes.io/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'batch_kubernetes_io_job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/batch.kubernetes.io/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'job-name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'job_name'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/job-name'
+              LIMIT 1
+            )
+          ),
+          ''
         )
       )
     ),
     LOWER(
       COALESCE(
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/team'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/cost-center'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/costcenter'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
+        NULLIF(
+          TRIM(
+            (
+              SELECT
+                tg.value
+              FROM UNNEST(l.Tags) AS tg
+              WHERE
+                tg.key = 'k8s-label/owner'
+              LIMIT 1
+            )
+          ),
+          ''
+        ),
         NULLIF(
           TRIM(
             (
@@ -1191,7 +1979,91 @@ WITH gcp_fields AS (
             )
           ),
           ''
-        )
+        ),
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws_eks_namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws_eks_namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END,
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws:eks:namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'aws:eks:namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END,
+        CASE
+          WHEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'k8s-namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          ) NOT LIKE 'kube:%'
+          THEN NULLIF(
+            TRIM(
+              (
+                SELECT
+                  tg.value
+                FROM UNNEST(l.Tags) AS tg
+                WHERE
+                  tg.key = 'k8s-namespace'
+                LIMIT 1
+              )
+            ),
+            ''
+          )
+        END
       )
     ),
     l.BillingPeriodStart,
@@ -1273,7 +2145,8 @@ WITH gcp_fields AS (
     k.BillingAccountId,
     k.tag_job AS tag_job,
     k.tag_team AS tag_team,
-    p.n
+    p.n,
+    FALSE AS pod
   FROM line_group_keys AS k
   JOIN (
     SELECT
@@ -1298,7 +2171,13 @@ WITH gcp_fields AS (
       ResourceId,
       tag_job,
       ROW_NUMBER() OVER (PARTITION BY provider, ResourceId ORDER BY SUM(n) DESC, tag_job NULLS LAST) AS rn
-    FROM keyed
+    FROM (
+      SELECT
+        *
+      FROM keyed
+      WHERE
+        NOT pod
+    ) AS kn
     WHERE
       NOT tag_job IS NULL
     GROUP BY
@@ -1319,7 +2198,13 @@ WITH gcp_fields AS (
       ResourceId,
       tag_team,
       ROW_NUMBER() OVER (PARTITION BY provider, ResourceId ORDER BY SUM(n) DESC, tag_team NULLS LAST) AS rn
-    FROM keyed
+    FROM (
+      SELECT
+        *
+      FROM keyed
+      WHERE
+        NOT pod
+    ) AS kn
     WHERE
       NOT tag_team IS NULL
     GROUP BY

@@ -1,0 +1,173 @@
+"""Kubernetes pods on shared nodes: the node's lines shared out to the pods' jobs by the bill's own split.
+
+Several jobs' pods share a spot node, so the node's tags say nothing about the job.  The bills say how the
+node was shared, per charge period (hour):
+
+- **Split lines** (AWS split cost allocation data for EKS, CUR 2.0): a pod's usage records carry
+  ``x_SplitParentId`` (the node's instance id) and ``x_SplitCost`` (split cost + unused cost, AWS spreading the
+  node's unused cost over its pods in proportion to their split usage).  Their money is never added: the
+  node's own line stays the money truth, the pods' records only weigh it.
+- **Labelled lines** (GKE cost allocation, the detailed billing export): the node's spot rows are already split
+  by namespace and pod labels (``k8s-namespace``, ``k8s-label/<key>``); they add up to the node's cost and are
+  attributed by their own labels.  Their cost in the hour weighs the node's other lines (a preemption fee).
+
+The **parts** of a node in an hour are its pods' attribution keys with a weight each.  A line of the node in that
+hour that is not itself a part (the node's spot line, its restart fee, a checkpoint re-read billed to it) is
+shared: part p gets ``amount x w_p / max(sum w, node's own spot cost)``; what the pods do not cover (their
+weights add up to less than the node's own spot cost) stays with the node's own attribution, the *unallocated
+node share*.  Amounts are split exactly (in 1e-12 units, HUGEINT): the rounding remainder goes to the node's
+unallocated share, else to the part of the largest weight, so the parts add up to the line to the last digit.
+The line count and the priced-line counts go to that same part; money, spot hours, the on-demand equivalent and
+the restart count are shared (a job that had 60% of a node interrupted once counts 0.6 interruptions, so the
+report's totals count the node's interruption once).
+
+Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+
+from billing_audit.rollup import KEY_HASH, SPOT_RANK, period_filter
+
+# the measures of a group that are shared by weight (the rest: line counts, go whole to the anchor part)
+SHARED = ("effective", "billed", "list", "fee_n", "hours", "od", "unpriced_effective", "unpriced_billed")
+COUNTED = ("n", "priced_effective", "priced_billed")
+# GKE cost allocation's namespace label on a node's split rows
+LABELLED = "k8s-namespace"
+UNIT = "1000000000000"  # 1e12: DECIMAL(38,12) amounts as exact integers
+
+
+def _units(x: str) -> str:
+    return f"CAST(CAST({x} AS DECIMAL(38,12)) * {UNIT} AS HUGEINT)"
+
+
+def _back(u: str) -> str:
+    return f"CAST(CAST({u} AS DECIMAL(38,0)) * 0.000000000001::DECIMAL(13,12) AS DECIMAL(38,12))"
+
+
+def has_split_columns(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = 'line_items' AND column_name = 'x_SplitParentId'").fetchone()
+    return bool(row and row[0])
+
+
+def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool) -> str:
+    """Each node's parts per hour: (provider, currency, node, hs, ph = the part's key hash, w, pod)."""
+    pods = f"""
+  SELECT l.x_Provider AS provider, coalesce(l.BillingCurrency, '?') AS currency, l.x_SplitParentId AS node,
+         date_trunc('hour', l.ChargePeriodStart) AS hs, {KEY_HASH} AS ph, sum(coalesce(l.x_SplitCost, 0)) AS w,
+         TRUE AS pod
+  FROM line_items l
+  WHERE l.x_SplitParentId IS NOT NULL AND l.x_SplitParentId <> coalesce(l.ResourceId, '')
+    AND l.ChargePeriodStart IS NOT NULL AND {period_filter(period, 'l.BillingPeriodStart')}
+  GROUP BY ALL
+  UNION ALL""" if split_columns else ""
+    return f"""{pods}
+  SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, g.h AS ph,
+         sum(coalesce(g.effective, 0)) AS w, FALSE AS pod
+  FROM {groups} g JOIN {keys} k ON k.h = g.h
+  WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND k.ResourceId IS NOT NULL
+    AND k.Tags['{LABELLED}'] IS NOT NULL AND {period_filter(period)}
+  GROUP BY ALL"""
+
+
+def build(con: duckdb.DuckDBPyConnection, groups: str, keys: str, period: str | None) -> str | None:
+    """``ba_k8s_parts``, ``ba_k8s_weights`` and ``ba_split_groups`` (the groups with the shared lines in parts,
+    each row carrying ``ah``, the key attribution reads, and ``split``) as temp tables; the name of the last, or
+    None when no node in the period has parts (the groups are then used as they are)."""
+    for t in ("ba_k8s_weights", "ba_split_groups"):  # another period's, prepared earlier on this connection
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_k8s_parts AS {parts_sql(groups, keys, period, has_split_columns(con))}")
+    row = con.execute("SELECT count(*) FROM ba_k8s_parts").fetchone()
+    if not row or not row[0]:
+        return None
+    node = "provider, currency, node, hs"
+    # the node's own spot cost in the hour (its lines that are not parts), against which the parts' weights are set
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_weights AS
+WITH sets AS (SELECT {node}, sum(w) AS tot FROM ba_k8s_parts GROUP BY ALL),
+own AS (
+  SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, sum(coalesce(g.effective, 0)) AS amt
+  FROM {groups} g JOIN {keys} k ON k.h = g.h JOIN sets s
+    ON s.provider = k.provider AND s.currency = k.currency AND s.node = k.ResourceId AND s.hs = date_trunc('hour', g.cps)
+  WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND {period_filter(period)}
+    AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
+                    AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
+  GROUP BY ALL),
+sized AS (SELECT s.*, greatest(s.tot, coalesce(o.amt, 0)) AS denom FROM sets s LEFT JOIN own o USING ({node}))
+SELECT p.provider, p.currency, p.node, p.hs, p.ph, p.w, z.denom,
+       row_number() OVER (PARTITION BY p.provider, p.currency, p.node, p.hs ORDER BY p.w DESC, p.ph) = 1
+         AND z.tot >= z.denom AS anchor
+FROM ba_k8s_parts p JOIN sized z USING ({node}) WHERE z.denom > 0
+UNION ALL  -- what the pods do not cover: the node's unallocated share (ph NULL: the line's own key)
+SELECT provider, currency, node, hs, NULL, denom - tot, denom, TRUE FROM sized WHERE denom > tot AND denom > 0""")
+    gcols = [r[0] for r in con.execute(f"DESCRIBE {groups}").fetchall()]
+    keep = [c for c in gcols if c not in SHARED and c not in COUNTED and c != "h"]
+    shared = []
+    for m in SHARED:
+        part = f"{_units('t.' + m)} * {_units('w.w')} // {_units('w.denom')}"
+        rest = f"{_units('t.' + m)} - sum({part}) OVER (PARTITION BY t.tid)"
+        shared.append(f"{_back(f'{part} + CASE WHEN w.anchor THEN {rest} ELSE 0 END')} AS {m}")
+    counted = [f"CASE WHEN w.anchor THEN t.{c} ELSE 0 END AS {c}" for c in COUNTED]
+    plain = [f"CAST(g.{m} AS DECIMAL(38,12)) AS {m}" for m in SHARED] + [f"g.{c}" for c in COUNTED]
+    pod_hours = "CASE WHEN EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.pod AND p.ph = g.h) THEN NULL ELSE g.hours END"
+    plain = [f"CAST({pod_hours} AS DECIMAL(38,12)) AS hours" if m.endswith(" AS hours") else m for m in plain]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_split_groups AS
+WITH targets AS (
+  SELECT g.*, k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs,
+         row_number() OVER () AS tid
+  FROM {groups} g JOIN {keys} k ON k.h = g.h
+  WHERE g.cps IS NOT NULL AND {period_filter(period)}
+    AND EXISTS (SELECT 1 FROM ba_k8s_weights w WHERE w.provider = k.provider AND w.currency = k.currency
+                AND w.node = k.ResourceId AND w.hs = date_trunc('hour', g.cps))
+    AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
+                    AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
+)
+SELECT g.h, g.h AS ah, FALSE AS split, {", ".join(f"g.{c}" for c in keep)}, {", ".join(plain)}
+FROM {groups} g WHERE {period_filter(period)} AND NOT EXISTS (
+  SELECT 1 FROM targets t WHERE t.h = g.h AND t.bps IS NOT DISTINCT FROM g.bps AND t.day IS NOT DISTINCT FROM g.day
+    AND t.rank IS NOT DISTINCT FROM g.rank AND t.signal = g.signal AND t.cps = g.cps AND t.cpe IS NOT DISTINCT FROM g.cpe)
+UNION ALL
+SELECT t.h, coalesce(w.ph, t.h) AS ah, TRUE AS split, {", ".join(f"t.{c}" for c in keep)}, {", ".join(shared)},
+       {", ".join(counted)}
+FROM targets t JOIN ba_k8s_weights w ON w.provider = t.provider AND w.currency = t.currency AND w.node = t.node
+  AND w.hs = t.hs""")
+    return "ba_split_groups"
+
+
+def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dict[str, Any] | None:
+    """How the prepared period (:func:`build`) shares the line out, for ``explain``: None when the line is no
+    Kubernetes node's, no pod's record and no labelled row."""
+    from billing_audit.rollup import UNATTRIBUTED
+
+    parent, rid = line.get("x_SplitParentId"), line.get("ResourceId")
+    if parent is not None and parent != rid:
+        return {"role": "pod_record", "node": parent, "weight": line.get("x_SplitCost"),
+                "reason": f"a pod's usage record on node {parent} (split cost allocation data): its split and unused "
+                          "cost weigh the node's lines in that hour; it adds no money of its own"}
+    held = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ba_k8s_weights'").fetchone()
+    start = line.get("ChargePeriodStart")
+    if not held or not held[0] or rid is None or start is None:
+        return None
+    key = [line.get("x_Provider"), line.get("BillingCurrency") or "?", rid, start]
+    where = "provider = ? AND currency = ? AND node = ? AND hs = date_trunc('hour', CAST(? AS TIMESTAMP))"
+    if con.execute(f"SELECT count(*) FROM ba_k8s_parts WHERE {where} AND ph = ?", [*key, h]).fetchone() != (0,):
+        return {"role": "labelled_row", "node": rid,
+                "reason": f"a row of node {rid} split by the bill's Kubernetes cost allocation: attributed by its own "
+                          "labels; its cost weighs the node's other lines in that hour"}
+    rows = con.execute(f"""SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), w.ph IS NULL,
+        w.w, w.denom, w.anchor FROM ba_k8s_weights w LEFT JOIN ba_attr a ON a.h = coalesce(w.ph, ?)
+        WHERE {where.replace('provider', 'w.provider').replace('currency', 'w.currency').replace('node', 'w.node')
+               .replace('hs', 'w.hs')} ORDER BY w.w DESC, w.ph""", [h, *key]).fetchall()
+    if not rows or (line.get("ChargePeriodStart") is None):
+        return None
+    parts = [{"job": job, "team": team, "unallocated_node_share": bool(rest), "weight": w,
+              "share": (Decimal(w) / Decimal(d)) if d else None, "gets_rounding_remainder": bool(anchor)}
+             for job, team, rest, w, d, anchor in rows]
+    return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
+            "reason": f"a line of Kubernetes node {rid} in the hour {start:%Y-%m-%d %H:00}: shared out to the pods that "
+                      "ran on it by the bill's split (the node's own attribution keeps what no pod covers)"}

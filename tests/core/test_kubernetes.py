@@ -1,0 +1,187 @@
+"""Kubernetes attribution: pods of several jobs on shared spot nodes (billing_audit.kubernetes).
+
+The exports (fixtures/gen_k8s.py), July 2026:
+
+EKS (CUR 2.0 with split cost allocation data, USD), pods' weight = split cost + unused cost:
+- node A 10:00, 8.00 (on-demand 32.00): llm-a 5.00, rl-b 3.00 -> llm-a 5.00, rl-b 3.00 (od 20.00 / 12.00)
+- node A 11:00, 9.00 (od 36.00): llm-a 3.00, rl-b 6.00 -> llm-a 3.00, rl-b 6.00; restart fee 1.00 on node A:
+  llm-a 1/3 = 0.333333333333, rl-b 2/3 = 0.666666666667 (the remainder 1e-12 to the larger part)
+- node B 10:00, 8.00 (od 32.00): llm-a 6.00, nothing else -> llm-a 6.00, the node's own (unattributed) 2.00
+- node C 10:00, 5.00, tagged vision-c, no pods -> vision-c 5.00 (today's attribution)
+- llm-a's checkpoint GETs 0.30 at 12:00: in the restart window of llm-a's share of node A's interruption
+So llm-a: spot 5 + 3 + 6 = 14.00, fee 0.333333333333, re-read 0.30 linked, spot hours 5/8 + 6/8 + 1/3 =
+1.708333333333, interruptions 1/3; rl-b: spot 9.00, fee 0.666666666667, hours 3/8 + 2/3, interruptions 2/3.
+Totals (USD): spot 8 + 9 + 8 + 5 = 30.00, fee 1.00, all 31.30, interruptions 1 (the node's one).
+
+GKE (detailed export, cost allocation, EUR): node rows 10:00 detr-x 12.00, sam-y 4.00, kube:unallocated 4.00;
+11:00 detr-x 6.00, sam-y 6.00; preemption overhead 0.90 at 11:00 with no pod labels -> 0.45 each.
+"""
+
+from __future__ import annotations
+
+import csv
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+import billing_audit
+from billing_audit import app
+from billing_audit.config import Attribution, Config
+from billing_audit.report import build_report
+from support import FIXTURES
+
+D = Decimal
+EKS = FIXTURES / "aws" / "cur2-eks"
+GKE = FIXTURES / "gcp" / "gke-resource-parquet"
+NODE_A = "i-0e1a2b3c4d5e60001"
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("k8s") / "k.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS, GKE]).errors
+        store.tag()
+    return path
+
+
+def _report(store_path: Path, cfg: Config | None = None):  # type: ignore[no-untyped-def]
+    with billing_audit.open(store_path, read_only=True) as store:
+        return build_report(store, cfg or Config(), "2026-07")
+
+
+def _jobs(store_path: Path, cfg: Config | None = None) -> dict[tuple[str, str], dict]:
+    return {(r["job"], r["provider"]): r for r in _report(store_path, cfg).jobs.iter_rows(named=True)}
+
+
+def test_eks_job_gets_its_pods_share_of_the_shared_spot_nodes(store_path: Path) -> None:
+    a = _jobs(store_path)[("llm-a", "aws")]
+    assert a["team"] == "research"  # no team label: the pod's namespace
+    assert a["spot_compute_cost"] == D("14.000000000000")
+    assert a["restart_fees"] == D("0.333333333333")
+    assert a["storage_reread_cost"] == D("0.300000000000")  # linked to its share of node A's interruption
+    assert a["interruptions"] == D("0.333333333333") and a["interruptions_source"] == "fee_lines"
+    assert D(str(a["spot_hours"])) == D("1.708333")  # 0.625 + 0.75 + 0.333333333333, shown to 6 places
+    assert a["on_demand_equivalent_cost"] == D("56.000000000000")  # 20 + 12 + 24
+    b = _jobs(store_path)[("rl-b", "aws")]
+    assert b["team"] == "rl"  # the pod's team label wins over its namespace (games)
+    assert (b["spot_compute_cost"], b["restart_fees"]) == (D("9.000000000000"), D("0.666666666667"))
+    assert b["interruptions"] == D("0.666666666667")
+    assert b["on_demand_equivalent_cost"] == D("36.000000000000")  # 12 + 24
+
+
+def test_eks_node_share_no_pod_covers_stays_with_the_node(store_path: Path) -> None:
+    u = _jobs(store_path)[("(unattributed)", "aws")]
+    assert u["spot_compute_cost"] == D("2.000000000000") and u["total_cost"] == D("2.000000000000")
+
+
+def test_node_without_pods_keeps_todays_attribution(store_path: Path) -> None:
+    c = _jobs(store_path)[("vision-c", "aws")]
+    assert (c["team"], c["spot_compute_cost"], D(str(c["spot_hours"]))) == ("vision", D("5.000000000000"), D(1))
+
+
+def test_totals_are_the_node_lines_to_the_last_digit(store_path: Path) -> None:
+    """The pods' records add no money: totals per currency are the store's lines, and fees count once."""
+    rep = _report(store_path)
+    tot = {r["currency"]: r for r in rep.totals.iter_rows(named=True)}
+    assert tot["USD"]["total_cost"] == D("31.300000000000")  # 8 + 9 + 1 + 8 + 5 + 0.30
+    assert tot["USD"]["spot_compute_cost"] == D("30.000000000000")
+    assert (tot["USD"]["restart_fees"], tot["USD"]["interruptions"]) == (D("1.000000000000"), D("1.000000000000"))
+    assert tot["EUR"]["total_cost"] == D("32.900000000000")  # 12 + 4 + 4 + 6 + 6 + 0.90
+    with billing_audit.open(store_path, read_only=True) as store:
+        per = dict(store.con.execute("SELECT BillingCurrency, sum(EffectiveCost) FROM line_items GROUP BY 1").fetchall())
+    assert per == {"USD": D("31.300000000000"), "EUR": D("32.900000000000")}
+
+
+def test_gke_rows_by_their_labels_and_the_nodes_fee_by_their_share(store_path: Path) -> None:
+    jobs = _jobs(store_path)
+    d, s = jobs[("detr-x", "gcp")], jobs[("sam-y", "gcp")]
+    assert (d["spot_compute_cost"], d["restart_fees"]) == (D("18.000000000000"), D("0.450000000000"))
+    assert (s["spot_compute_cost"], s["restart_fees"]) == (D("10.000000000000"), D("0.450000000000"))
+    assert s["team"] == "seg"  # the pod label team beats the project's label GKE rows inherit
+    assert d["team"] == "ml-platform"  # no pod team label: the project's team label, before the namespace
+    assert d["interruptions"] == D("0.5") and s["interruptions"] == D("0.5")
+    # kube:unallocated is no job and no team, and the pods' labels do not speak for the node's other rows
+    u = jobs[("(unattributed)", "gcp")]
+    assert u["spot_compute_cost"] == D("4.000000000000") and u["restart_fees"] == 0
+
+
+def test_finance_export_agrees_with_the_report(store_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fin.csv"
+    app.export(str(store_path), out, by="job", period="2026-07")
+    with out.open(newline="") as f:
+        rows = {(r["job"], r["currency"]): r for r in csv.DictReader(f)}
+    # the finance file shows money to 4 places: 14.633333333333 and 9.666666666667
+    assert D(rows[("llm-a", "USD")]["total_cost"]) == D("14.6333")
+    assert D(rows[("rl-b", "USD")]["total_cost"]) == D("9.6667")
+    assert D(rows[("detr-x", "EUR")]["total_cost"]) == D("18.45")
+    assert sum(D(r["total_cost"]) for (_, c), r in rows.items() if c == "USD") == D("31.3")
+    assert sum(D(r["total_cost"]) for (_, c), r in rows.items() if c == "EUR") == D("32.9")
+
+
+def test_explain_a_shared_node_line_names_the_jobs_and_shares(store_path: Path) -> None:
+    with billing_audit.open(store_path, read_only=True) as store:
+        fee = store.con.execute("SELECT x_LineItemId FROM line_items WHERE ResourceId = ? AND EffectiveCost = 1",
+                                [NODE_A]).fetchone()
+        pod = store.con.execute("SELECT x_LineItemId FROM line_items WHERE x_SplitParentId = ? LIMIT 1",
+                                [NODE_A]).fetchone()
+    assert fee and pod
+    why = app.explain(str(store_path), fee[0])
+    assert why.category == "restart_fee"
+    k = why.kubernetes
+    assert k is not None and k["role"] == "shared_node_line" and k["node"] == NODE_A
+    parts = [(p["job"], p["share"], p["gets_rounding_remainder"]) for p in k["parts"]]
+    assert [(j, round(s, 12), r) for j, s, r in parts] == [
+        ("rl-b", D("0.666666666667"), True), ("llm-a", D("0.333333333333"), False)]
+    assert "kubernetes" in why.to_dict()
+    rec = app.explain(str(store_path), pod[0]).kubernetes
+    assert rec is not None and rec["role"] == "pod_record" and rec["node"] == NODE_A
+
+
+def test_job_label_keys_come_from_the_config(store_path: Path) -> None:
+    """Without Kubeflow's label in kubernetes_job_label_keys, llm-a's pods name no job: their node shares go to
+    the unattributed row; llm-a keeps only its tagged checkpoint GETs, and the totals do not move."""
+    cfg = Config(attribution=Attribution(kubernetes_job_label_keys=["ray.io/cluster"]))
+    jobs = _jobs(store_path, cfg)
+    assert jobs[("llm-a", "aws")]["spot_compute_cost"] == 0
+    assert jobs[("llm-a", "aws")]["total_cost"] == D("0.300000000000")
+    assert jobs[("rl-b", "aws")]["spot_compute_cost"] == D("9.000000000000")
+    rows = [r for r in _report(store_path, cfg).jobs.iter_rows(named=True) if r["provider"] == "aws"]
+    un = {r["team"]: r["spot_compute_cost"] for r in rows if r["job"] == "(unattributed)"}
+    assert un == {"research": D("14.000000000000"), "(unattributed)": D("2.000000000000")}  # the namespace's team
+    assert sum((r["total_cost"] for r in rows), D(0)) == D("31.300000000000")
+
+
+def test_a_store_written_before_the_split_columns_gains_them(tmp_path: Path) -> None:
+    """A store whose line_items lack x_SplitParentId / x_SplitCost (an older version's) gets them, NULL for its
+    lines, when opened for writing, and then takes an export with split cost allocation data."""
+    path = tmp_path / "old.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([GKE]).errors
+        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitCost")
+        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitParentId")
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.tag()
+        got = store.con.execute("SELECT x_Provider, count(x_SplitParentId), sum(x_SplitCost) FROM line_items "
+                                "GROUP BY 1 ORDER BY 1").fetchall()
+    # 5 pod-hours of 2 records each; their weights: llm-a 5 + 3 + 6, rl-b 3 + 6
+    assert got == [("aws", 10, D("23.000000000000")), ("gcp", 0, None)]
+
+
+def test_explain_command_lists_the_parts(store_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from billing_audit.cli import main
+
+    with billing_audit.open(store_path, read_only=True) as store:
+        node = store.con.execute("SELECT x_LineItemId FROM line_items WHERE ResourceId = 'i-0e1a2b3c4d5e60002'"
+                                 ).fetchone()
+    assert node
+    r = CliRunner().invoke(main, ["explain", node[0], "--db", str(store_path)])
+    assert r.exit_code == 0, r.output
+    assert "kubernetes         a line of Kubernetes node i-0e1a2b3c4d5e60002 in the hour 2026-07-10 10:00" in r.output
+    assert "    llm-a / research: share 0.750000 (weight 6.0000), pod part\n" in r.output
+    assert ("    (unattributed) / (unattributed): share 0.250000 (weight 2.0000), unallocated node share (the line's "
+            "own attribution); takes the rounding remainder\n") in r.output
