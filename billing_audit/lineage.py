@@ -30,7 +30,7 @@ from billing_audit.rollup import (
     period_bounds,
     with_ctes,
 )
-from billing_audit.rules import CATEGORIES
+from billing_audit.categories import CATEGORIES
 from billing_audit.sql import lit
 from billing_audit.store import Store
 

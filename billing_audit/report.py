@@ -34,7 +34,7 @@ import polars as pl
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, prepare
+from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, period_filter, prepare
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
@@ -968,7 +968,8 @@ def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:
         return store.sql("SELECT rule_id, category, count(*) AS lines FROM rule_hits GROUP BY ALL ORDER BY rule_id")
     return store.sql(
         "SELECT h.rule_id, h.category, count(*) AS lines FROM rule_hits h JOIN line_items l USING (x_LineItemId) "
-        f"WHERE strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period "
+        f"WHERE {period_filter(period, 'l.BillingPeriodStart')} "  # the range lets storage skip other months
+        f"AND strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period "
         "GROUP BY ALL ORDER BY rule_id",
         {"period": period},
     )
