@@ -13,7 +13,8 @@ parameters, the checkpoint config, the code).  The next run with the same key re
   the fused scan cannot run, every user rule: they run bounded over the whole store) runs over every line, and
   its hits are replaced whole;
 - **on-demand equivalents** (``spot_od``) for the spot lines of the changed slices and of every slice holding a
-  line whose hits moved, and for every spot line priced by a key whose price in the bill moved: a spot line can be
+  line whose hits moved, and for every spot line priced from the bill (or not priced) by a key whose price in the
+  bill moved (an equivalent from the export or a price reference never reads the bill): a spot line can be
   priced by on-demand lines of other slices (the bill's own prices, kept per slice in ``spot_bill`` and re-read
   for those slices only); all of them when the price references changed;
 - **line groups** for the changed slices and for every slice holding a line whose rule hits (of the rules run
@@ -176,11 +177,15 @@ class Plan:
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
                 unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
                                      UNION ALL (SELECT * FROM {bill} EXCEPT SELECT * FROM ba_bill_old))""")
+            # a line priced from its export or a price reference never read the bill (pricing.classify tries those
+            # first, and neither moved: same lines, same references), so a moved bill price re-prices only the
+            # lines priced from the bill or not priced at all
             con.execute("""CREATE OR REPLACE TEMP TABLE ba_reclass AS
                 SELECT x_LineItemId FROM ba_plines
                 UNION SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
                   AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
-                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency""")
+                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
+                WHERE o.od_source IS NULL OR o.od_source = 'bill'""")
             con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT l.* FROM line_items l "
                         "SEMI JOIN ba_reclass r ON r.x_LineItemId = l.x_LineItemId")
             con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_reclass')}")
@@ -195,7 +200,8 @@ class Plan:
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
             FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
             WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
-        con.execute(f"DELETE FROM spot_od WHERE {gone} OR x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
+        con.execute(f"DELETE FROM spot_od WHERE {gone} OR NOT EXISTS (SELECT 1 FROM line_items l "
+                    "WHERE l.x_LineItemId = spot_od.x_LineItemId)")
         con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
 
 

@@ -449,10 +449,9 @@ def run_rules(
             con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
             con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id) AND NOT list_contains($local, rule_id)",
                         {"ids": recorded or [""], "local": local_ids or [""]})
-            if local_ids:
-                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND (x_LineItemId IN "
-                            "(SELECT x_LineItemId FROM ba_dirty_lines) OR x_LineItemId NOT IN "
-                            "(SELECT x_LineItemId FROM line_items))", {"local": local_ids})
+            if local_ids:  # the hits of lines that are gone went with them (the ingest that removed them)
+                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND x_LineItemId IN "
+                            "(SELECT x_LineItemId FROM ba_dirty_lines)", {"local": local_ids})
         else:
             if last is not None and last[0] != sig:
                 # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
