@@ -20,6 +20,8 @@ parameters, the checkpoint config, the code).  The next run with the same key re
 - **line groups** for the changed slices and for every slice holding a line whose rule hits (of the rules run
   whole) or on-demand equivalent changed; the keys table is merged;
 - **the search index** for the changed slices' providers and months (its rows sum lines across accounts).
+- **checkpoint resources**: ``checkpoint_resources`` is made from ``checkpoint_slices`` (the same per slice), whose
+  changed slices' rows alone are made again.
 
 When every slice changed, the key differs, or the last run's state is not there as it left it, everything is
 rebuilt as a first run would.  The result is the same as a full rebuild's (tests/core/test_incremental.py proves it
@@ -38,11 +40,27 @@ from billing_audit.rules import Rule
 
 PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
 _TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
-           "search_texts", "spot_od", "spot_bill")
+           "search_texts", "spot_od", "spot_bill", "checkpoint_slices")
+
+
+def checkpoint_resources(con: duckdb.DuckDBPyConnection, by_slice: str, p: Plan | None) -> None:
+    """The temp table ``checkpoint_resources`` (the checkpoint storage the whole store names) from the store's
+    ``checkpoint_slices`` (the same per slice: ``by_slice``, :func:`billing_audit.tagging.checkpoint_sql`): with a
+    plan, the changed slices' rows are made again and the others kept (the checkpoint config is in the state key:
+    the same as the last run's); without, every slice's."""
+    if p is None:
+        con.execute(f"CREATE OR REPLACE TABLE checkpoint_slices AS {by_slice}")
+    else:
+        con.execute("""DELETE FROM checkpoint_slices USING ba_changed c WHERE c.p = checkpoint_slices.x_Provider
+            AND c.a IS NOT DISTINCT FROM checkpoint_slices.BillingAccountId
+            AND c.s IS NOT DISTINCT FROM checkpoint_slices.BillingPeriodStart""")
+        con.execute(f"INSERT INTO checkpoint_slices SELECT * FROM ({by_slice} AND {p.where})")
+    con.execute("CREATE OR REPLACE TEMP TABLE checkpoint_resources AS "
+                "SELECT DISTINCT x_Provider, ResourceId FROM checkpoint_slices")
 
 
 def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
-    """What ``checkpoint_resources`` (made by :func:`billing_audit.tagging.prepare`) holds, as a fingerprint."""
+    """What ``checkpoint_resources`` (made by :func:`checkpoint_resources`) holds, as a fingerprint."""
     row = con.execute("SELECT count(*), coalesce(sum(hash(x_Provider, ResourceId)), 0) FROM checkpoint_resources"
                       ).fetchone()
     return f"{row[0]}:{row[1]}" if row else "0:0"
@@ -80,9 +98,10 @@ class Plan:
     slices: int  # slices in the store now
     changed: int  # slices whose lines changed (added, replaced, gone)
     lines: int  # lines in the changed slices now
-    checkpoint_same: bool  # checkpoint_resources holds what it held for the last run
+    checkpoint_was: str | None  # what checkpoint_resources held for the last run (incremental.checkpoint_key)
     where: str  # the changed slices' lines, over alias line_items
     prices_same: bool = True  # the price references are those the last run priced with
+    checkpoint_same: bool = False  # checkpoint_resources holds what it held for the last run (set once made)
     regrouped: int = 0  # slices whose groups were rebuilt (the changed ones, and those whose hits or prices moved)
 
     @property
@@ -214,7 +233,7 @@ def _slices_of(con: duckdb.DuckDBPyConnection, into: str, lines: str, base: str 
             EXCEPT SELECT p, a, s FROM {into}""")
 
 
-def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
+def plan(con: duckdb.DuckDBPyConnection, key: str) -> Plan | None:
     """What to redo, when the last tag run's state (same ``key``) is there as it left it and some slices did not
     change; None: rebuild everything."""
     from billing_audit.rollup import GROUPS_VERSION
@@ -258,8 +277,8 @@ def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
     n, = _one(con, "SELECT count(*) FROM ba_dirty_lines")
     from billing_audit.pricing import prices_key
 
-    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where,
-                prices_same=last[3] == prices_key(con))
+    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), None if last[2] is None else str(last[2]),
+                where, prices_same=last[3] == prices_key(con))
 
 
 _VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)

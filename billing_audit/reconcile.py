@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from billing_audit.categories import CATEGORIES
 from billing_audit.errors import BillingAuditError
 from billing_audit.events import INTERRUPTING
 from billing_audit.rollup import COUNTABLE_UNIT, NO_TAG_RUN, period_filter
-from billing_audit.categories import CATEGORIES
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 

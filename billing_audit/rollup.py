@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import duckdb
 
+from billing_audit.categories import CATEGORIES
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.categories import CATEGORIES
 from billing_audit.sql import lit
 
 UNATTRIBUTED = "(unattributed)"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from billing_audit.categories import CATEGORIES, CATEGORY_DOCS
+from billing_audit.categories import CATEGORIES
 from billing_audit.errors import BillingAuditError
 from billing_audit.registry import providers
 

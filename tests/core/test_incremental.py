@@ -265,7 +265,8 @@ def test_which_rules_are_line_local(tmp_path: Path, sql: str, same: bool, local:
     path = tmp_path / "TI200_r.sql"
     path.write_text(USER_RULE.replace("TI100", "TI200").split("*/")[0] + "*/\n" + sql + "\n")
     rule = parse_rule_file(path)
-    plan = incremental.Plan(last_run=1, slices=2, changed=1, lines=10, checkpoint_same=same, where="TRUE")
+    plan = incremental.Plan(last_run=1, slices=2, changed=1, lines=10, checkpoint_was=None, where="TRUE",
+                            checkpoint_same=same)
     assert incremental.line_local(rule, plan) is local
 
 
