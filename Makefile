@@ -27,4 +27,5 @@ clean:
 	rm -rf $(VENV) demo.duckdb demo-report
 
 bench: $(VENV)/.installed
-	$(BIN)/python bench/run.py --rows 1000000 10000000 --repeat 3 --out bench/results.json
+	$(BIN)/python bench/run.py --rows 1000000 10000000 --refresh-lines 1000000 --refresh-months 12 --repeat 3 \
+		--out bench/results.json

@@ -422,9 +422,10 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
 
 def report(db: str | Store, config_path: str | None = None, period: str | None = None, basis: str = "effective",
            engine: str = "duckdb", engine_options: EngineOptions | None = None, *, wait: float | None = None,
-           on_wait: Callable[[str], None] | None = None) -> ReportResult:
+           on_wait: Callable[[str], None] | None = None, rules_fired: bool = True) -> ReportResult:
     """Interruption overhead per job and team.  On another engine, an earlier run with the same source,
-    period, basis, config and rules is reused; otherwise the engine runs the rules and the aggregation."""
+    period, basis, config and rules is reused; otherwise the engine runs the rules and the aggregation.
+    ``rules_fired`` False: the report's rules fired are left out (None; only the HTML shows them)."""
     from billing_audit.config import load_config
     from billing_audit.report import build_report
 
@@ -442,7 +443,8 @@ def report(db: str | Store, config_path: str | None = None, period: str | None =
             result.as_of = data_as_of(store, period)
             return result
     with _opened(db) as store:
-        result = ReportResult(build_report(store, cfg, period, basis), as_of=data_as_of(store, period))
+        result = ReportResult(build_report(store, cfg, period, basis, rules_fired=rules_fired),
+                              as_of=data_as_of(store, period))
         period_warning(store, period, result.report)
         return result
 

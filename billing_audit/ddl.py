@@ -10,7 +10,7 @@ statement is idempotent (``IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS`` for sto
 from __future__ import annotations
 
 from billing_audit import prices, schema
-from billing_audit.rules import CATEGORIES
+from billing_audit.categories import CATEGORIES
 
 LINE_ITEMS = schema.create_line_items_sql()
 # columns added to line_items after stores were written (a store of an older version gains them, NULL)

@@ -13,12 +13,15 @@ parameters, the checkpoint config, the code).  The next run with the same key re
   the fused scan cannot run, every user rule: they run bounded over the whole store) runs over every line, and
   its hits are replaced whole;
 - **on-demand equivalents** (``spot_od``) for the spot lines of the changed slices and of every slice holding a
-  line whose hits moved, and for every spot line priced by a key whose price in the bill moved: a spot line can be
+  line whose hits moved, and for every spot line priced from the bill (or not priced) by a key whose price in the
+  bill moved (an equivalent from the export or a price reference never reads the bill): a spot line can be
   priced by on-demand lines of other slices (the bill's own prices, kept per slice in ``spot_bill`` and re-read
   for those slices only); all of them when the price references changed;
 - **line groups** for the changed slices and for every slice holding a line whose rule hits (of the rules run
   whole) or on-demand equivalent changed; the keys table is merged;
 - **the search index** for the changed slices' providers and months (its rows sum lines across accounts).
+- **checkpoint resources**: ``checkpoint_resources`` is made from ``checkpoint_slices`` (the same per slice), whose
+  changed slices' rows alone are made again.
 
 When every slice changed, the key differs, or the last run's state is not there as it left it, everything is
 rebuilt as a first run would.  The result is the same as a full rebuild's (tests/core/test_incremental.py proves it
@@ -37,11 +40,27 @@ from billing_audit.rules import Rule
 
 PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
 _TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
-           "search_texts", "spot_od", "spot_bill")
+           "search_texts", "spot_od", "spot_bill", "checkpoint_slices")
+
+
+def checkpoint_resources(con: duckdb.DuckDBPyConnection, by_slice: str, p: Plan | None) -> None:
+    """The temp table ``checkpoint_resources`` (the checkpoint storage the whole store names) from the store's
+    ``checkpoint_slices`` (the same per slice: ``by_slice``, :func:`billing_audit.tagging.checkpoint_sql`): with a
+    plan, the changed slices' rows are made again and the others kept (the checkpoint config is in the state key:
+    the same as the last run's); without, every slice's."""
+    if p is None:
+        con.execute(f"CREATE OR REPLACE TABLE checkpoint_slices AS {by_slice}")
+    else:
+        con.execute("""DELETE FROM checkpoint_slices USING ba_changed c WHERE c.p = checkpoint_slices.x_Provider
+            AND c.a IS NOT DISTINCT FROM checkpoint_slices.BillingAccountId
+            AND c.s IS NOT DISTINCT FROM checkpoint_slices.BillingPeriodStart""")
+        con.execute(f"INSERT INTO checkpoint_slices SELECT * FROM ({by_slice} AND {p.where})")
+    con.execute("CREATE OR REPLACE TEMP TABLE checkpoint_resources AS "
+                "SELECT DISTINCT x_Provider, ResourceId FROM checkpoint_slices")
 
 
 def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
-    """What ``checkpoint_resources`` (made by :func:`billing_audit.tagging.prepare`) holds, as a fingerprint."""
+    """What ``checkpoint_resources`` (made by :func:`checkpoint_resources`) holds, as a fingerprint."""
     row = con.execute("SELECT count(*), coalesce(sum(hash(x_Provider, ResourceId)), 0) FROM checkpoint_resources"
                       ).fetchone()
     return f"{row[0]}:{row[1]}" if row else "0:0"
@@ -79,9 +98,10 @@ class Plan:
     slices: int  # slices in the store now
     changed: int  # slices whose lines changed (added, replaced, gone)
     lines: int  # lines in the changed slices now
-    checkpoint_same: bool  # checkpoint_resources holds what it held for the last run
+    checkpoint_was: str | None  # what checkpoint_resources held for the last run (incremental.checkpoint_key)
     where: str  # the changed slices' lines, over alias line_items
     prices_same: bool = True  # the price references are those the last run priced with
+    checkpoint_same: bool = False  # checkpoint_resources holds what it held for the last run (set once made)
     regrouped: int = 0  # slices whose groups were rebuilt (the changed ones, and those whose hits or prices moved)
 
     @property
@@ -176,11 +196,15 @@ class Plan:
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
                 unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
                                      UNION ALL (SELECT * FROM {bill} EXCEPT SELECT * FROM ba_bill_old))""")
+            # a line priced from its export or a price reference never read the bill (pricing.classify tries those
+            # first, and neither moved: same lines, same references), so a moved bill price re-prices only the
+            # lines priced from the bill or not priced at all
             con.execute("""CREATE OR REPLACE TEMP TABLE ba_reclass AS
                 SELECT x_LineItemId FROM ba_plines
                 UNION SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
                   AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
-                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency""")
+                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
+                WHERE o.od_source IS NULL OR o.od_source = 'bill'""")
             con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT l.* FROM line_items l "
                         "SEMI JOIN ba_reclass r ON r.x_LineItemId = l.x_LineItemId")
             con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_reclass')}")
@@ -195,7 +219,8 @@ class Plan:
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
             FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
             WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
-        con.execute(f"DELETE FROM spot_od WHERE {gone} OR x_LineItemId NOT IN (SELECT x_LineItemId FROM line_items)")
+        con.execute(f"DELETE FROM spot_od WHERE {gone} OR NOT EXISTS (SELECT 1 FROM line_items l "
+                    "WHERE l.x_LineItemId = spot_od.x_LineItemId)")
         con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
 
 
@@ -208,7 +233,7 @@ def _slices_of(con: duckdb.DuckDBPyConnection, into: str, lines: str, base: str 
             EXCEPT SELECT p, a, s FROM {into}""")
 
 
-def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
+def plan(con: duckdb.DuckDBPyConnection, key: str) -> Plan | None:
     """What to redo, when the last tag run's state (same ``key``) is there as it left it and some slices did not
     change; None: rebuild everything."""
     from billing_audit.rollup import GROUPS_VERSION
@@ -252,8 +277,8 @@ def plan(con: duckdb.DuckDBPyConnection, key: str, ckpt: str) -> Plan | None:
     n, = _one(con, "SELECT count(*) FROM ba_dirty_lines")
     from billing_audit.pricing import prices_key
 
-    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), last[2] == ckpt, where,
-                prices_same=last[3] == prices_key(con))
+    return Plan(run, int(str(slices)), int(str(changed)), int(str(n)), None if last[2] is None else str(last[2]),
+                where, prices_same=last[3] == prices_key(con))
 
 
 _VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)

@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 
+from billing_audit.categories import CATEGORIES
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.report import CHURN_CTES, PREV_EVENTS, prepare_period, store_periods, window_conditions, window_ctes
@@ -32,7 +33,6 @@ from billing_audit.rollup import (
     team_tag_keys,
     with_ctes,
 )
-from billing_audit.rules import CATEGORIES
 from billing_audit.sql import lit
 from billing_audit.store import Store
 

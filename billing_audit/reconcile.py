@@ -23,9 +23,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from billing_audit.categories import CATEGORIES
 from billing_audit.errors import BillingAuditError
 from billing_audit.events import INTERRUPTING
-from billing_audit.rollup import COUNTABLE_UNIT, NO_TAG_RUN
+from billing_audit.rollup import COUNTABLE_UNIT, NO_TAG_RUN, period_filter
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
@@ -171,16 +172,23 @@ def reconcile(store: Store, period: str | None = None) -> Reconciliation:
             runs[-1].last = t
         else:
             runs.append(Interruption(prov, rid, t, [kind], [f"{f}:{row}"], t))
-    where = "c.category = 'restart_fee'"
-    if period is not None:
-        where += f" AND strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = {lit(period)}"
+    # A line's category (line_categories) is restart_fee when one of its hits is and none of a category before it
+    # in precedence: read those hits alone, not every line's category (the view groups all the hits in the store).
+    where = "l.x_LineItemId IN (SELECT x_LineItemId FROM rule_hits WHERE category = 'restart_fee')"
+    before = CATEGORIES[:CATEGORIES.index("restart_fee")]
+    if before:
+        where += (" AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM rule_hits WHERE category IN "
+                  f"({', '.join(lit(c) for c in before)}))")
+    if period is not None:  # the range first: storage skips the other months' row groups
+        where += (f" AND {period_filter(period, 'l.BillingPeriodStart')} AND "
+                  f"strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = {lit(period)}")
     fees = [FeeLine(r[0], r[1], r[2], r[3], r[4], Decimal(r[5]), r[6] if r[6] is not None else Decimal(0), r[7] or "",
                     f"{r[8]}:{r[9]}")
             for r in con.execute(
                 "SELECT l.x_LineItemId, l.x_Provider, l.ResourceId, l.ChargePeriodStart, l.ChargePeriodEnd, "
                 f"CASE WHEN regexp_matches(lower(coalesce(l.ConsumedUnit, '')), {lit(COUNTABLE_UNIT)}) "
                 "THEN coalesce(l.ConsumedQuantity, 1) ELSE 1 END, l.BilledCost, l.BillingCurrency, l.x_SourceFile, "
-                f"l.x_SourceRow FROM line_items l JOIN line_categories c USING (x_LineItemId) WHERE {where} "
+                f"l.x_SourceRow FROM line_items l WHERE {where} "
                 "ORDER BY l.x_Provider, lower(l.ResourceId), l.ChargePeriodStart, l.x_LineItemId").fetchall()]
     mine = [f for f in fees if f.provider in providers]
     others: dict[str, list[FeeLine]] = {}

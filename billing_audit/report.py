@@ -34,7 +34,7 @@ import polars as pl
 
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, prepare
+from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, period_filter, prepare
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
@@ -493,7 +493,7 @@ def _money(x: Decimal) -> Decimal:
 
 def build_report(store: Store, cfg: Config, period: str | None = None, cost_basis: str = "effective",
                  engine_run: int | dict[str, int] | None = None,
-                 savings_run: int | dict[str, int] | None = None) -> Report:
+                 savings_run: int | dict[str, int] | None = None, rules_fired: bool = True) -> Report:
     """The per-job, per-team, per-day and total interruption overhead; from the aggregates an engine
     returned (`engine_run`, see billing_audit.engines) instead of the local lines when given.
 
@@ -503,14 +503,16 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     Savings always compare like with like: the effective cost of spot against its on-demand equivalent.  Another
     `cost_basis` changes the cost the components and totals are shown in; the savings, erosion and advice stay
     the effective ones (on an engine, from `savings_run`: the same run at effective cost).  `engine_run` may be
-    one run per billing period ({period: run_id}): a report over all periods then sums them as it does locally."""
+    one run per billing period ({period: run_id}): a report over all periods then sums them as it does locally.
+    `rules_fired` False: ``Report.rules_fired`` is None (only the HTML shows it, and on the local store it reads
+    every rule hit of the store, whatever the period)."""
     if cost_basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {cost_basis!r}: choose effective, billed or list")
     warnings: list[str] = []
     effective = effective_accounts = None
     if cost_basis != "effective":
         if engine_run is None or savings_run is not None:
-            eff = _compute(store, cfg, period, "effective", savings_run)
+            eff = _compute(store, cfg, period, "effective", savings_run, fired=False)  # its rows only
             effective, effective_accounts = eff[0], eff[3]
             warnings.append(f"--cost-basis {cost_basis}: the components and totals are {cost_basis} cost; savings, "
                             "erosion and advice are measured at effective cost against the on-demand equivalent "
@@ -518,7 +520,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
         else:
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
-    rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run)
+    rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run, fired=rules_fired)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
@@ -552,12 +554,12 @@ def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:
     return str(found[0]) if found else "duckdb"
 
 
-Computed = tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame, list[dict[str, Any]]]
+Computed = tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame | None, list[dict[str, Any]]]
 
 
 def _compute(store: Store, cfg: Config, period: str | None, basis: str,
              engine_run: int | dict[str, int] | None,
-             carried: bool = False) -> Computed:
+             carried: bool = False, fired: bool = True) -> Computed:
     """(job rows, daily rows, rules fired, job rows by billing account) on `basis`: of the engine run, of `period`, or of every period summed.
 
     Restart windows cross billing periods: a period's re-reads and egress also link with the previous period's
@@ -570,7 +572,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         run_jobs: list[dict[str, Any]] = []
         run_daily: list[dict[str, Any]] = []
         run_accounts: list[dict[str, Any]] = []
-        fired = []
+        fired_runs: list[pl.DataFrame] = []
         for p, run in sorted(engine_run.items()):
             rows, d, f, a = _compute(store, cfg, p, basis, run, carried=True)
             _carry(con, cfg)
@@ -579,9 +581,10 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
                 r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
             run_jobs += rows
             run_daily += d
-            fired.append(f)
-        all_fired = (pl.concat(fired).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
-                     if fired else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
+            if f is not None:  # an engine run's always is
+                fired_runs.append(f)
+        all_fired = (pl.concat(fired_runs).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
+                     if fired_runs else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
         return _combine(run_jobs, cfg), run_daily, all_fired, _combine_accounts(run_accounts)
     if engine_run is not None:
         from billing_audit.engines.pipeline import load_run
@@ -613,10 +616,10 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
                 jobs.append(r)
             daily += _daily_rows(con, cfg)
             _carry(con, cfg)
-        return _combine(jobs, cfg), daily, _rules_fired(store, None), _combine_accounts(accounts)
+        return _combine(jobs, cfg), daily, _rules_fired(store, None) if fired else None, _combine_accounts(accounts)
     prepare_period(store, cfg, period, basis)
     one = _job_rows(con, cfg)
-    return one, _daily_rows(con, cfg), _rules_fired(store, period), _account_rows(con, cfg, one)
+    return one, _daily_rows(con, cfg), _rules_fired(store, period) if fired else None, _account_rows(con, cfg, one)
 
 
 def measured_savings(row: dict[str, Any]) -> Decimal | None:
@@ -719,7 +722,7 @@ SAVINGS_FIELDS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_s
 
 
 def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows: list[dict[str, Any]],
-            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame,
+            daily: list[dict[str, Any]], warnings: list[str], rules_fired: pl.DataFrame | None,
             effective: list[dict[str, Any]] | None = None) -> Report:
     jobs = [_derive(r, cfg) for r in rows]
     if effective is not None:
@@ -968,7 +971,8 @@ def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:
         return store.sql("SELECT rule_id, category, count(*) AS lines FROM rule_hits GROUP BY ALL ORDER BY rule_id")
     return store.sql(
         "SELECT h.rule_id, h.category, count(*) AS lines FROM rule_hits h JOIN line_items l USING (x_LineItemId) "
-        f"WHERE strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period "
+        f"WHERE {period_filter(period, 'l.BillingPeriodStart')} "  # the range lets storage skip other months
+        f"AND strftime({PERIOD.replace('BillingPeriodStart', 'l.BillingPeriodStart')}, '%Y-%m') = $period "
         "GROUP BY ALL ORDER BY rule_id",
         {"period": period},
     )

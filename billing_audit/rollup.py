@@ -30,9 +30,9 @@ import re
 
 import duckdb
 
+from billing_audit.categories import CATEGORIES
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rules import CATEGORIES
 from billing_audit.sql import lit
 
 UNATTRIBUTED = "(unattributed)"

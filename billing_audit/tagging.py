@@ -68,8 +68,8 @@ class TagResult:
 
 
 # Bumped when what a tag run writes changes meaning in a way no version below says (a rule-hit, spot_od, group or
-# search-index rule): a run recorded with another state key is redone.
-TAG_STATE_VERSION = 1
+# search-index rule): a run recorded with another state key is redone.  2: checkpoint_slices kept per slice.
+TAG_STATE_VERSION = 2
 
 
 def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[str, Any] | None) -> str:
@@ -247,9 +247,11 @@ def sandbox(path: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def checkpoint_sql(checkpoint: dict[str, Any] | None = None) -> str:
+def checkpoint_sql(checkpoint: dict[str, Any] | None = None, by_slice: bool = False) -> str:
     """``checkpoint_resources``: the (provider, resource) pairs tagged, named or listed as checkpoint storage.
-    Written with the config's lists as literals (no lambdas, no binds), so every engine runs the same SELECT."""
+    Written with the config's lists as literals (no lambdas, no binds), so every engine runs the same SELECT.
+    ``by_slice``: per slice instead (provider, account, billing month, resource; :mod:`billing_audit.incremental`
+    keeps them so that a run redoes the changed slices' only)."""
     cfg = {**DEFAULT_CHECKPOINT, **(checkpoint or {})}
     ors = []
     vals = ", ".join(lit(str(v).lower()) for v in cfg["tag_values"])
@@ -261,12 +263,18 @@ def checkpoint_sql(checkpoint: dict[str, Any] | None = None) -> str:
     if res:
         ors += [f"ResourceId IN ({res})", f"ResourceName IN ({res})"]
     cond = " OR ".join(f"({o})" for o in ors) or "FALSE"
-    return f"SELECT DISTINCT x_Provider, ResourceId FROM line_items WHERE ResourceId IS NOT NULL AND ({cond})"
+    cols = ("x_Provider, BillingAccountId, date_trunc('month', BillingPeriodStart + INTERVAL 14 DAY) AS "
+            "BillingPeriodStart, ResourceId" if by_slice else "x_Provider, ResourceId")
+    return f"SELECT DISTINCT {cols} FROM line_items WHERE ResourceId IS NOT NULL AND ({cond})"
 
 
-def prepare(con: duckdb.DuckDBPyConnection, checkpoint: dict[str, Any] | None = None) -> None:
-    """Create the relations rules may read: line_items is there; checkpoint_resources is made here."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE checkpoint_resources AS {checkpoint_sql(checkpoint)}")
+def prepare(con: duckdb.DuckDBPyConnection, checkpoint: dict[str, Any] | None = None, plan: Any = None) -> None:
+    """Create the relations rules may read: line_items is there; checkpoint_resources is made here, from the
+    store's per-slice table of them (:func:`billing_audit.incremental.checkpoint_resources`: with a ``plan``, the
+    changed slices' part only is redone)."""
+    from billing_audit import incremental
+
+    incremental.checkpoint_resources(con, checkpoint_sql(checkpoint, by_slice=True), plan)
 
 
 def _renamed(rule: Rule) -> exp.Expression:
@@ -408,7 +416,14 @@ def run_rules(
         for stmt in RULE_TABLES:
             con.execute(stmt)
         con.execute(LINE_CATEGORY_VIEW)
-        prepare(con, checkpoint)
+        from billing_audit import incremental
+
+        # Incremental by slice: the last run's state, kept where the lines did not change (billing_audit.incremental)
+        plan = None if key is None or force else incremental.plan(con, key)
+        prepare(con, checkpoint, plan)
+        ckpt = incremental.checkpoint_key(con)
+        if plan is not None:
+            plan.checkpoint_same = plan.checkpoint_was == ckpt
         try:
             for r in rules:
                 check_binds(con, r, params)
@@ -435,11 +450,6 @@ def run_rules(
                 fused.append((r, *parts))
             else:
                 alone.append(r)
-        from billing_audit import incremental
-
-        ckpt = incremental.checkpoint_key(con)
-        # Incremental by slice: the last run's state, kept where the lines did not change (billing_audit.incremental)
-        plan = None if key is None or force else incremental.plan(con, key, ckpt)
         result.plan = plan
         # the fused rules whose hits are each line's own: only the changed slices' lines are scanned for them
         local = [f for f in fused if plan is not None and incremental.line_local(f[0], plan)]
@@ -449,10 +459,9 @@ def run_rules(
             con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
             con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id) AND NOT list_contains($local, rule_id)",
                         {"ids": recorded or [""], "local": local_ids or [""]})
-            if local_ids:
-                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND (x_LineItemId IN "
-                            "(SELECT x_LineItemId FROM ba_dirty_lines) OR x_LineItemId NOT IN "
-                            "(SELECT x_LineItemId FROM line_items))", {"local": local_ids})
+            if local_ids:  # the hits of lines that are gone went with them (the ingest that removed them)
+                con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND x_LineItemId IN "
+                            "(SELECT x_LineItemId FROM ba_dirty_lines)", {"local": local_ids})
         else:
             if last is not None and last[0] != sig:
                 # the lines changed since the hits were made: hits of rules this run does not cover describe other lines

@@ -122,7 +122,8 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --period 2026-10 --fail-on over_budget   # exit 1 listing rows over a budget
     """
     engine, options = engine_settings(engine_opts)
-    result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say)
+    result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say,
+                        rules_fired=fmt == "html")  # only the HTML shows them (they read every hit in the store)
     if out_file == "-":
         out_file = None
     if result.engine_run is not None:

@@ -34,8 +34,10 @@ from pydantic import ValidationError
 from billing_audit.config import Config
 from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
 from billing_audit.errors import BillingAuditError
-from billing_audit.rules import Rule
 from billing_audit.store import PERIOD, Store
+
+if typing.TYPE_CHECKING:  # the rule loader (sqlglot, yaml) is imported by the commands that load rules
+    from billing_audit.rules import Rule
 
 __all__ = ["Engine", "EngineOptions", "EngineRunResult", "OptionSpec", "engine", "expected_source", "names",
            "option_specs", "options_from_flat", "run_engine", "write_lines"]

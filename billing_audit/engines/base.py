@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from billing_audit.config import Config
-from billing_audit.rules import Rule
 
 if TYPE_CHECKING:
+    from billing_audit.rules import Rule
     from billing_audit.store import Store
 
 

@@ -288,3 +288,30 @@ def test_rows_of_one_job_on_two_teams_keep_the_team_column_when_narrow(store: Pa
     rows = [[c.strip() for c in line.strip("│").split("│")] for line in twins.splitlines() if line.startswith("│")]
     assert ["pi", "nlp", "USD", "4.60"] in [r[:4] for r in rows] and ["pi", "speech", "USD", "4.60"] in [
         r[:4] for r in rows]
+
+
+def test_rules_fired_are_read_for_the_html_only(store: Path, tmp_path: Path) -> None:
+    """The rules fired (only the HTML shows them; they read every rule hit of the store) are left out of the other
+    formats: the JSON is the API's document built with them, and the HTML still has the rules table."""
+    from billing_audit import outputs
+    from billing_audit.config import load_config
+    from billing_audit.report import build_report
+
+    with billing_audit.open(store, read_only=True) as s:
+        full = build_report(s, load_config(None), "2027-01")
+        lean = build_report(s, load_config(None), "2027-01", rules_fired=False)
+    assert lean.rules_fired is None
+    assert full.rules_fired is not None and full.rules_fired.height > 0
+    docs = [json.loads(outputs.report_json(r)) for r in (full, lean)]
+    for d in docs:
+        d.pop("generated_at")
+    assert docs[0] == docs[1]
+    cli = _doc(store, "--period", "2027-01")
+    cli.pop("generated_at")
+    assert cli == docs[0]
+    html = tmp_path / "r.html"
+    r = _run("report", "--db", str(store), "--period", "2027-01", "--format", "html", "--out", str(html))
+    assert r.exit_code == 0, r.output
+    text = html.read_text()
+    assert '<table id="rules">' in text and "rules-missing" not in text
+    assert all(rule in text for rule in full.rules_fired["rule_id"].to_list())

@@ -265,5 +265,23 @@ def test_which_rules_are_line_local(tmp_path: Path, sql: str, same: bool, local:
     path = tmp_path / "TI200_r.sql"
     path.write_text(USER_RULE.replace("TI100", "TI200").split("*/")[0] + "*/\n" + sql + "\n")
     rule = parse_rule_file(path)
-    plan = incremental.Plan(last_run=1, slices=2, changed=1, lines=10, checkpoint_same=same, where="TRUE")
+    plan = incremental.Plan(last_run=1, slices=2, changed=1, lines=10, checkpoint_was=None, where="TRUE",
+                            checkpoint_same=same)
     assert incremental.line_local(rule, plan) is local
+
+
+def test_a_moved_bill_price_prices_again_only_the_lines_priced_from_the_bill(tmp_path: Path) -> None:
+    """September's spot lines have no on-demand price in the export (priced from the bill: p4d bought on demand in
+    November), October's have one; November is delivered again with p4d bought at another price.  The run prices
+    September's lines again (and matches a full rebuild, as _run checks) but not October's: an equivalent from the
+    export never reads the bill."""
+    results = _run(tmp_path, [("deliver", 0, 1, 0), ("deliver", 1, 2, 9), ("deliver", 1, 2, 2)])
+    last = results[-1]
+    assert last.plan is not None and last.plan.changed == 1
+    with billing_audit.open(tmp_path / "store.duckdb", read_only=True) as s:
+        rows = s.con.execute("""SELECT strftime(l.BillingPeriodStart, '%Y-%m') AS m, o.od_source, o.run_id = ? AS again,
+                count(*) FROM spot_od o JOIN line_items l USING (x_LineItemId) GROUP BY ALL ORDER BY ALL""",
+                             [last.run_id]).fetchall()
+    by = {(m, src, again): n for m, src, again, n in rows}
+    assert by.get(("2026-09", "bill", True), 0) > 0 and ("2026-09", "bill", False) not in by  # November's new price
+    assert by.get(("2026-10", "export", False), 0) > 0 and ("2026-10", "export", True) not in by
