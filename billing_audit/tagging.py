@@ -454,17 +454,21 @@ def run_rules(
         # the fused rules whose hits are each line's own: only the changed slices' lines are scanned for them
         local = [f for f in fused if plan is not None and incremental.line_local(f[0], plan)]
         local_ids = [f[0].id for f in local]
+        # Hits of rules this run does not run are kept while the lines are those the last run tagged (a narrower
+        # selection over the same lines, or a run for new price references); over changed lines they describe other
+        # lines and go (README "Rules").  The same in both paths, so an incremental run keeps what a full one keeps.
+        stale = last is not None and last[0] != sig
         if plan is not None:
             plan.snapshot(con, local_ids)
-            con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
+            if stale:
+                con.execute("DELETE FROM rule_hits WHERE NOT list_contains($ids, rule_id)", {"ids": recorded or [""]})
             con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id) AND NOT list_contains($local, rule_id)",
                         {"ids": recorded or [""], "local": local_ids or [""]})
             if local_ids:  # the hits of lines that are gone went with them (the ingest that removed them)
                 con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND x_LineItemId IN "
                             "(SELECT x_LineItemId FROM ba_dirty_lines)", {"local": local_ids})
         else:
-            if last is not None and last[0] != sig:
-                # the lines changed since the hits were made: hits of rules this run does not cover describe other lines
+            if stale:
                 con.execute("DELETE FROM rule_hits")
             con.execute("DELETE FROM rule_hits WHERE list_contains($ids, rule_id)", {"ids": recorded or [""]})
         scans = [(local, plan.source if plan else ""), ([f for f in fused if f[0].id not in local_ids], "line_items")]

@@ -4,9 +4,18 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+
+# CI runs the property tests derandomized (the same examples every run, no example database), so a CI failure
+# reproduces; elsewhere they stay random.  A failing case hypothesis finds is kept as an @example on its test
+# (tests/core/test_incremental.py), so it runs every time whatever the profile.  Recent Hypothesis versions have a
+# "ci" profile much like it built in; registering it here makes it hold whatever version is installed.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
