@@ -215,3 +215,71 @@ def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, mon
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --spark-raw: no such file or folder") and \
         "Traceback" not in bad.stderr
+
+
+def _audit_both(tmp_path: Path, folders: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Local ingest + audit and Spark --source raw over the same folders: both reports' figures (the CSVs
+    compared byte for byte)."""
+    common = ["--config", str(CFG_PATH), "-q"]
+    paths = [str(f) for f in folders]
+    runner = CliRunner()
+    a = runner.invoke(main, ["audit", *paths, "--db", str(tmp_path / "a.duckdb"), "--out", str(tmp_path / "local"),
+                             *common])
+    assert a.exit_code == 0, a.output
+    b = runner.invoke(main, ["audit", *paths, "--db", str(tmp_path / "b.duckdb"), "--out", str(tmp_path / "spark"),
+                             *common, "--engine", "spark", "--source", "raw", "--spark-master", MASTER])
+    assert b.exit_code == 0, b.output
+    for name in ("jobs.csv", "teams.csv"):
+        assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    return _report(tmp_path / "local"), _report(tmp_path / "spark")
+
+
+# every CSV fixture folder the raw path reads: legacy CUR CSV.gz with a zip member and two deliveries of one
+# month (the manifest's current one kept), FOCUS CSV, CSVs with a CR in a quoted value, mixed line endings (read
+# from the normalised copy, as locally) and NULL literals; Azure cost details CSV, CSV.gz and parquet with their
+# manifests (tags as JSON text), and Azure FOCUS CSV
+CSV = ["aws/cur-legacy-csv", "focus/gcp-focus-1.0", "csv-quirks/cr-in-quoted-field", "csv-quirks/mixed-line-endings",
+       "csv-quirks/null-literals"]
+AZURE = ["azure/ea-actual-csv", "azure/mca-actual-csv-gz", "azure/payg-mosp-csv", "azure/payg-mosp-camel-csv",
+         "azure/ea-legacy-manifest", "azure/ea-currency-column", "azure/payg-parquet", "azure/ea-old-parquet",
+         "focus/azure-focus-1.2"]
+
+
+@pytest.mark.parametrize("folder", CSV + AZURE)
+def test_csv_exports_give_the_local_report(tmp_path: Path, folder: str) -> None:
+    local, remote = _audit_both(tmp_path, [FIXTURES / folder])
+    assert remote == local
+    assert local["totals"]
+
+
+def _local_in_order(db: Path, paths: list[Path]) -> dict[str, Any]:
+    with billing_audit.open(db) as store:
+        for p in paths:
+            assert not store.ingest([p]).errors
+        store.tag()
+        return _figures(build_report(store, CFG, None, "effective").to_dict())
+
+
+# snapshots of one month in CSV: legacy CUR's two assemblies (the manifest names the current one) and Azure's
+# three daily month-to-date runs (the newest run wins)
+SNAPSHOTS = {
+    "aws/cur-legacy-csv": "cur/gpu-cur-csv/20261001-20261101/*-0000-4000-8000-*",
+    "azure/snapshots": "costexports/ea/20261001-20261031/gpu-ea-daily/*/*",
+}
+
+
+@pytest.mark.parametrize("folder", list(SNAPSHOTS))
+def test_csv_snapshots_in_any_order_the_newest_wins_on_both_paths(tmp_path: Path, folder: str) -> None:
+    root = FIXTURES / folder
+    snaps = sorted(root.glob(SNAPSHOTS[folder]))
+    assert len(snaps) >= 2
+    forward = _local_in_order(tmp_path / "f.duckdb", snaps)
+    backward = _local_in_order(tmp_path / "b.duckdb", snaps[::-1])
+    whole = _local_in_order(tmp_path / "w.duckdb", [root])
+    olds = [_local_in_order(tmp_path / f"o{i}.duckdb", [s]) for i, s in enumerate(snaps)]
+    with billing_audit.open(tmp_path / "spark.duckdb") as store:
+        run_id = run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                            spark_raw=str(root))
+        remote = _figures(build_report(store, CFG, None, "effective", engine_run=run_id).to_dict())
+    assert forward == backward == whole == remote
+    assert sum(o["totals"] == remote["totals"] for o in olds) == 1  # the snapshots differ: exactly one won
