@@ -19,16 +19,27 @@ the store's canonical lines:
    :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
    slice's newest delivery.
 
-What the raw path covers: **parquet** files whose mapping translates: AWS CUR 2.0, legacy CUR parquet and AWS
-FOCUS, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a shared file system).
-Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
-gives them; ``file_row_number`` is Spark's ``_metadata.row_index``, so line ids and source rows are local
-ingest's.  What it refuses, each with the file named, rather than misread:
+What the raw path covers, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a
+shared file system), each file read as local ingest reads it (:func:`billing_audit.reader.readable`: a zip's
+members and a tarball's files unpacked, a CSV with mixed line endings normalised, on the driver, into temporary
+copies the plan holds until it is closed):
 
-- CSV, CSV.gz, JSON/NDJSON, zip and tar files: the local reader does work in Python for them (encodings, line
-  endings, delimiter and decimal-comma sniffing, duplicate headers) that the SQL does not; ingest them locally;
-- Azure and GCP parquet: their mappings read nested and tag columns as JSON text (``json_transform``,
-  ``json_valid``), which Spark SQL lacks; Spark's analysis names the function and the file;
+- **parquet** whose mapping translates: AWS CUR 2.0, legacy CUR parquet, AWS FOCUS, Azure cost details parquet.
+  Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
+  gives them; ``file_row_number`` is Spark's ``_metadata.row_index``;
+- **CSV and CSV.gz** (legacy CUR with its manifests, FOCUS, Azure cost details and Azure FOCUS): the header,
+  delimiter, duplicate names (``#n``) and encoding check are the local reader's own (on the driver); Spark reads
+  every column as text with the options that give DuckDB's ``read_csv`` values (:func:`_csv_frame`), one
+  partition a file, so the record number (line ids, source rows) is local ingest's ``row_number() OVER ()``;
+- DuckDB's JSON functions on text (tags, nested records): ``json_valid``, ``json_type``, ``json_transform``
+  (:func:`_json_node`), ``json_extract_string`` (sqlglot: ``get_json_object``).
+
+So line ids and source rows are local ingest's.  What it refuses, each with the file named, rather than misread:
+
+- JSON/NDJSON files (the local reader types them with DuckDB's ``read_json`` sampling, which Spark does not
+  reproduce); CSVs written with a decimal comma (sniffed by the local reader: refused on the driver); a CSV
+  record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
+  U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - slash dates held as text (``1/2/2026``): the local reader decides day or month first from the whole file,
   so such a value fails the run (``raise_error``) naming the file;
 - price files (``billing-audit prices``): an engine holds no price references;
@@ -44,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -157,15 +169,35 @@ def _java_format(fmt: str) -> str:
     return "".join(out)
 
 
-_JSON_TYPES = {'"MAP(VARCHAR, VARCHAR)"': "MAP<STRING, STRING>"}  # json_transform's structures Spark reads the same
+_JSON_SCALARS = {"VARCHAR": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN"}
+
+
+def _json_structure(structure: Any) -> str:
+    """A DuckDB ``json_transform`` structure (``"VARCHAR"``, ``["..."]``, ``{"k": ...}``, ``"MAP(VARCHAR, VARCHAR)"``)
+    as the Spark type ``from_json`` reads the same way (a missing member NULL, a scalar read as text as written)."""
+    if isinstance(structure, str):
+        if structure == "MAP(VARCHAR, VARCHAR)":
+            return "MAP<STRING, STRING>"
+        if structure in _JSON_SCALARS:
+            return _JSON_SCALARS[structure]
+    elif isinstance(structure, list) and len(structure) == 1:
+        return f"ARRAY<{_json_structure(structure[0])}>"
+    elif isinstance(structure, dict) and structure:
+        fields = []
+        for k, v in structure.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise NotPortable(f"json_transform member {k!r} has no Spark field name here")
+            fields.append(f"{k}: {_json_structure(v)}")
+        return f"STRUCT<{', '.join(fields)}>"
+    raise NotPortable(f"json_transform to {json.dumps(structure)} has no Spark reading here")
 
 
 def _json_node(n: exp.Expression) -> exp.Expression | None:
     """DuckDB's JSON functions on text, as the mappings use them: ``json_valid(x)`` -> ``try_parse_json(x) IS NOT
     NULL``; ``json_type(x)`` -> the first word of ``schema_of_variant`` (``OBJECT``, ``ARRAY``: DuckDB's names for
     them, the only ones the mappings compare); ``json_transform(x, '"MAP(VARCHAR, VARCHAR)"')`` -> ``from_json(x,
-    'MAP<STRING, STRING>')`` (member values as text: scalars as written, objects and arrays as JSON, null NULL).
-    Any other structure does not translate."""
+    'MAP<STRING, STRING>')`` (member values as text: scalars as written, objects and arrays as JSON, null NULL),
+    and its lists and objects of those as ``ARRAY<...>`` and ``STRUCT<...>`` (:func:`_json_structure`)."""
     if isinstance(n, exp.Anonymous) and n.name.lower() == "json_valid" and len(n.expressions) == 1:
         return exp.Not(this=exp.Is(this=exp.Anonymous(this="TRY_PARSE_JSON", expressions=[n.expressions[0].copy()]),
                                    expression=exp.Null()))
@@ -176,11 +208,35 @@ def _json_node(n: exp.Expression) -> exp.Expression | None:
             exp.Literal.number(0)])
     if isinstance(n, exp.Anonymous) and n.name.lower() == "json_transform" and len(n.expressions) == 2:
         structure = n.expressions[1]
-        if not (isinstance(structure, exp.Literal) and structure.is_string and structure.name in _JSON_TYPES):
+        if not (isinstance(structure, exp.Literal) and structure.is_string):
             raise NotPortable(f"json_transform to {structure.sql(dialect='duckdb')} has no Spark reading here")
+        try:
+            parsed = json.loads(structure.name)
+        except ValueError:
+            raise NotPortable(f"json_transform to {structure.name!r} has no Spark reading here") from None
         return exp.Anonymous(this="FROM_JSON", expressions=[n.expressions[0].copy(),
-                                                             exp.Literal.string(_JSON_TYPES[structure.name])])
+                                                             exp.Literal.string(_json_structure(parsed))])
     return None
+
+
+# DuckDB's strptime reads 1 or 2 digits for %m %d %H %I; Spark's one-letter fields do the same when parsing
+_JAVA_SLASH = {"%m": "M", "%d": "d", "%y": "yy", "%Y": "yyyy", "%H": "H", "%I": "h", "%M": "mm", "%S": "ss",
+               "%p": "a"}
+
+
+def _java_slash(fmt: str) -> str:
+    """One of ba_try_ts's slash formats (``%m/%d/%y %I:%M %p``) as a Spark datetime pattern."""
+    out = []
+    for p in re.split(r"(%.)", fmt):
+        if p.startswith("%"):
+            if p not in _JAVA_SLASH:
+                raise NotPortable(f"strptime format {fmt!r}: {p} has no Spark pattern here")
+            out.append(_JAVA_SLASH[p])
+        elif p:
+            if re.search(r"[A-Za-z']", p):
+                raise NotPortable(f"strptime format {fmt!r}: literal text does not translate")
+            out.append(p)
+    return "".join(out)
 
 
 def _spark_node(n: exp.Expression) -> exp.Expression | None:
@@ -194,7 +250,14 @@ def _spark_node(n: exp.Expression) -> exp.Expression | None:
         if isinstance(fmt, exp.Literal) and fmt.is_string:
             return exp.Anonymous(this="TRY_TO_TIMESTAMP",
                                  expressions=[value.copy(), exp.Literal.string(_java_format(fmt.name))])
-        return _refuse_slash(value)  # a list of slash formats: ba_try_ts
+        if isinstance(fmt, exp.Array) and all(isinstance(f, exp.Literal) and f.is_string for f in fmt.expressions):
+            # ba_try_ts's slash formats (the day or month order decided per file on the driver): the first that
+            # reads the value, as DuckDB's try_strptime with a list
+            return exp.Coalesce(this=exp.Anonymous(this="TRY_TO_TIMESTAMP", expressions=[
+                value.copy(), exp.Literal.string(_java_slash(fmt.expressions[0].name))]), expressions=[
+                exp.Anonymous(this="TRY_TO_TIMESTAMP", expressions=[value.copy(), exp.Literal.string(_java_slash(f.name))])
+                for f in fmt.expressions[1:]])
+        return _refuse_slash(value)
     if isinstance(n, exp.Anonymous) and n.name.lower() == "list_sum" and len(n.expressions) == 1:
         # DuckDB's list_sum skips NULLs and is NULL for no values; the mappings sum money (DECIMAL(38,12))
         lst = n.expressions[0].sql(dialect="spark")
@@ -389,7 +452,7 @@ def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str
 
     if reader.file_kind(f) == "json":
         raise InputError(reader.display_name(f), NOT_READ)
-    out = []
+    out: list[RawFile] = []
     for local, display in stack.enter_context(reader.readable(f)):
         kind = reader.file_kind(local)
         if kind == "json":

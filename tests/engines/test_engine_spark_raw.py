@@ -105,18 +105,22 @@ def test_newest_snapshot_wins_as_in_local_ingest_in_either_order(tmp_path: Path,
     assert reports[0] == reports[1] == remote
     assert old_only["totals"] != remote["totals"]  # the two snapshots differ: which one won shows
     # the plan says which delivery is kept: the manifest's execution (the newer stamp), the older folder superseded
-    plan = raw.plan([folder])
+    with raw.plan([folder]) as plan:
+        pass
     assert [d.delivery.version_source for d in plan.deliveries] == ["path", "manifest"]
     assert [len(d.files) for d in plan.deliveries] == [1, 2]
     assert all(f.path.parent.name == "20261003T041700Z" for f in plan.deliveries[1].files)
 
 
 def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path) -> None:
-    csv_folder = FIXTURES / "aws" / "cur-legacy-csv"
-    plan = raw.plan([csv_folder])
-    failed = [d.error for d in plan.deliveries if d.error is not None]
-    assert failed and all(isinstance(e, InputError) and "reads parquet only" in e.reason for e in failed)
-    assert all(e.file.startswith(str(csv_folder)) for e in failed if e is not None)
+    csv_folder = FIXTURES / "gcp" / "standard-ndjson"  # NDJSON: refused (the local reader types JSON itself)
+    comma = FIXTURES / "csv-quirks" / "semicolon-decimal-comma"  # a decimal-comma CSV: refused
+    with raw.plan([csv_folder, comma]) as plan:
+        failed = [d.error for d in plan.deliveries if d.error is not None]
+    assert len(failed) == len(plan.deliveries) == 2
+    assert failed[0] is not None and "decimal comma" in failed[0].reason and failed[0].file.startswith(str(comma))
+    assert failed[1] is not None and "reads parquet and CSV only" in failed[1].reason
+    assert failed[1].file.startswith(str(csv_folder)) and failed[1].file.endswith(".json")
     with billing_audit.open(tmp_path / "s.duckdb") as store, pytest.raises(BillingAuditError) as err:
         run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
                    spark_raw=str(csv_folder))
@@ -128,13 +132,13 @@ def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path
 
 
 def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: Path) -> None:
-    # GCP's parquet export carries its nested columns as JSON text, which the Spark mapping cannot read
-    gcp = FIXTURES / "gcp" / "resource-parquet"
+    # a FOCUS CSV with M/D/YY dates: the local reader decides the order from the whole file; Spark refuses it
+    slash = FIXTURES / "csv-quirks" / "focus-mdyy-dates"
     with billing_audit.open(tmp_path / "g.duckdb") as store, pytest.raises(InputError) as err:
         run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
-                   spark_raw=str(gcp))
-    assert err.value.file.endswith("-000000000000.parquet") and "Spark cannot map it as gcp-billing-resource" in str(
-        err.value)
+                   spark_raw=str(slash))
+    assert err.value.file == str(slash / "focus-example" / "focus-1.2-example.csv")
+    assert err.value.reason.startswith(raw.REFUSED_SLASH)
     # a CUR 2.0 file whose third row lacks its unblended cost: local ingest refuses it, and so does Spark
     src = FIXTURES / "aws" / "cur2" / "exports" / "gpu-cur2" / "data" / "BILLING_PERIOD=2026-10"
     bad = tmp_path / "bad" / "BILLING_PERIOD=2026-10" / "bad-00001.snappy.parquet"
@@ -158,7 +162,7 @@ def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: 
 def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", FIXTURES / "aws" / "cur-legacy-csv"
+    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", FIXTURES / "gcp" / "standard-ndjson"
     res = CliRunner().invoke(main, ["audit", str(snap), str(csv_folder), "--db", "d.duckdb", "--engine", "spark",
                                     "--source", "raw", "--spark-master", MASTER, "--dry-run"])
     assert res.exit_code == 0, res.output
@@ -172,8 +176,8 @@ def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path
     assert f"kept: aws 222233334444 2026-09 ({rows['20261003T041700Z']} lines)" in new
     sizes = sum(f.stat().st_size for f in (snap / NEW).iterdir())
     assert f"by manifest; 2 file(s), {sizes / 1024:,.1f} KB]" in new
-    assert out.count("refused: ") == 2 and out.count("reads parquet only") == 2 and str(csv_folder) in out
-    assert out.rstrip().endswith("2 of 4 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
+    assert out.count("refused: ") == 1 and out.count("reads parquet and CSV only") == 1 and str(csv_folder) in out
+    assert out.rstrip().endswith("2 of 3 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
     assert not (tmp_path / "d.duckdb").exists() and not (tmp_path / "audit-report").exists()  # nothing written
 
 
