@@ -41,6 +41,8 @@ copies the plan holds until it is closed):
 
 So line ids and source rows are local ingest's.  What it refuses, each with the file named, rather than misread:
 
+- GCP's billing export (parquet: its nested records translate to ``from_json`` structures, but no test has
+  compared them with local ingest yet; NDJSON: below);
 - JSON/NDJSON files (the local reader types them with DuckDB's ``read_json`` sampling, which Spark does not
   reproduce); CSVs written with a decimal comma (sniffed by the local reader: refused on the driver); a CSV
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
@@ -428,6 +430,7 @@ class Plan:
 
 NOT_READ = ("the raw Spark path reads parquet and CSV only (JSON/NDJSON needs the local reader's typing: "
             "ingest it with `billing-audit ingest`)")
+UNCHECKED = ("gcp-billing",)  # formats whose Spark mapping no test compares with local ingest: refused
 DECIMAL_COMMA = ("the file writes its numbers with a decimal comma, which the raw Spark path does not read "
                  "(ingest it with `billing-audit ingest`)")
 
@@ -496,6 +499,9 @@ def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str
         fmt = reader.detect(cols, kind, display)
         if not d.export:  # as local ingest: the export its layout says, else the delivery's own
             d.export = fmt.export_of(f) or d.key
+        if fmt.id.startswith(UNCHECKED):
+            raise InputError(display, f"the raw Spark path does not read {fmt.id} yet (its mapping translates, but "
+                                      "is not checked against local ingest): ingest it with `billing-audit ingest`")
         mf = reader.MappedFile(local, display, kind, fmt, cols)
         if mf.decimal_comma:
             raise InputError(display, DECIMAL_COMMA)
