@@ -183,16 +183,16 @@ class SparkEngine(Engine):
             return None
         from connectors.spark import raw
 
-        plan = raw.plan(self._raw_paths(options))
-        kept = None
-        if plan.readable:
-            spark = session(options.spark_master)
-            spark.sparkContext.setLogLevel("ERROR")
-            try:
-                kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan))
-            except BillingAuditError as e:  # a file Spark cannot map, an overlap: said, beside the plan
-                return raw.describe(plan, None) + f"\nSpark cannot settle the slices: {e}"
-        return raw.describe(plan, kept)
+        with raw.plan(self._raw_paths(options)) as plan:
+            kept = None
+            if plan.readable:
+                spark = session(options.spark_master)
+                spark.sparkContext.setLogLevel("ERROR")
+                try:
+                    kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan))
+                except BillingAuditError as e:  # a file Spark cannot map, an overlap: said, beside the plan
+                    return raw.describe(plan, None) + f"\nSpark cannot settle the slices: {e}"
+            return raw.describe(plan, kept)
 
     @staticmethod
     def _raw_paths(options: SparkOptions) -> list[Path]:
@@ -235,19 +235,19 @@ class SparkEngine(Engine):
             raise BillingAuditError("--source raw reads the export files: --spark-lines does not apply")
         paths = self._raw_paths(options)
         rule_sql = pipeline.check_rules(rules, "spark", params)
-        plan = raw.plan(paths)
-        raw.refuse_errors(plan)
-        spark = session(options.spark_master)
-        spark.sparkContext.setLogLevel("ERROR")
-        lines = raw.mapped_lines(spark, plan)
-        kept = raw.keep_newest(spark, plan, lines)
-        # the kept lines materialised once: the audit's steps then plan over a small relation, not the mappings
-        try:
-            frame = raw.kept_lines(lines, kept).localCheckpoint(eager=True)
-        except Exception as e:  # noqa: BLE001 - a value a mapping refused
-            raise raw.input_error(e) from None
-        try:
-            rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame)
-        finally:
-            frame.unpersist(blocking=True)
+        with raw.plan(paths) as plan:  # its temporary copies (zip members, ...) last until the lines are read
+            raw.refuse_errors(plan)
+            spark = session(options.spark_master)
+            spark.sparkContext.setLogLevel("ERROR")
+            lines = raw.mapped_lines(spark, plan)
+            kept = raw.keep_newest(spark, plan, lines)
+            # the kept lines materialised once: the audit's steps then plan over a small relation, not the mappings
+            try:
+                frame = raw.kept_lines(lines, kept).localCheckpoint(eager=True)
+            except Exception as e:  # noqa: BLE001 - a value a mapping refused
+                raise raw.input_error(e) from None
+            try:
+                rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame)
+            finally:
+                frame.unpersist(blocking=True)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, source)

@@ -19,30 +19,51 @@ the store's canonical lines:
    :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
    slice's newest delivery.
 
-What the raw path covers: **parquet** files whose mapping translates: AWS CUR 2.0, legacy CUR parquet and AWS
-FOCUS, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a shared file system).
-Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
-gives them; ``file_row_number`` is Spark's ``_metadata.row_index``, so line ids and source rows are local
-ingest's.  What it refuses, each with the file named, rather than misread:
+What the raw path covers, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a
+shared file system), each file read as local ingest reads it (:func:`billing_audit.reader.readable`: a zip's
+members and a tarball's files unpacked, a CSV with mixed line endings normalised, on the driver, into temporary
+copies the plan holds until it is closed):
 
-- CSV, CSV.gz, JSON/NDJSON, zip and tar files: the local reader does work in Python for them (encodings, line
-  endings, delimiter and decimal-comma sniffing, duplicate headers) that the SQL does not; ingest them locally;
-- Azure and GCP parquet: their mappings read nested and tag columns as JSON text (``json_transform``,
-  ``json_valid``), which Spark SQL lacks; Spark's analysis names the function and the file;
-- slash dates held as text (``1/2/2026``): the local reader decides day or month first from the whole file,
-  so such a value fails the run (``raise_error``) naming the file;
+- **parquet** whose mapping translates: AWS CUR 2.0, legacy CUR parquet, AWS FOCUS, Azure cost details parquet.
+  Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
+  gives them; ``file_row_number`` is Spark's ``_metadata.row_index``;
+- **CSV and CSV.gz** (legacy CUR with its manifests, FOCUS, Azure cost details and Azure FOCUS): the header,
+  delimiter, duplicate names (``#n``) and encoding check are the local reader's own (on the driver); Spark reads
+  every column as text with the options that give DuckDB's ``read_csv`` values (:func:`_csv_frame`), one
+  partition a file, so the record number (line ids, source rows) is local ingest's ``row_number() OVER ()``;
+- DuckDB's JSON functions on text (tags, nested records): ``json_valid``, ``json_type``, ``json_transform``
+  (:func:`_json_node`), ``json_extract_string`` (sqlglot: ``get_json_object``);
+- slash dates held as text (``1/2/2026``, ``10/01/26 3:04 PM``): the local reader decides day or month first from
+  the whole file, on the driver, and its list of formats becomes Spark's ``try_to_timestamp`` patterns, the
+  first that reads the value winning (:func:`_java_slash`).  Each file's mapping is planned without Spark's
+  CollapseProject and checkpointed lazily (:func:`mapped_lines`), or a CSV's text-parsing columns would be
+  copied into every reference to them until the plan does not fit the driver.
+
+So line ids and source rows are local ingest's.  What it refuses, each with the file named, rather than misread:
+
+- GCP's billing export (parquet: its nested records translate to ``from_json`` structures, but no test has
+  compared them with local ingest yet; NDJSON: below);
+- JSON/NDJSON files (the local reader types them with DuckDB's ``read_json`` sampling, which Spark does not
+  reproduce); CSVs written with a decimal comma (sniffed by the local reader: refused on the driver); a CSV
+  record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
+  U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - price files (``billing-audit prices``): an engine holds no price references;
 - two exports delivering the same provider x billing account x period (local ingest counts their shared lines
   once, by the ``[exports]`` policy): refused naming the slice and both exports;
 - ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
 
-Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.
+Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.  A file of no rows is an
+error, as locally.  The report of an engine run measures spot savings with the export's own on-demand prices
+only (:func:`billing_audit.rollup.export_od`): a bill whose spot lines are priced locally from its own
+on-demand lines or the price references (the Azure fixtures) reports fewer savings measured, saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -156,7 +177,109 @@ def _java_format(fmt: str) -> str:
     return "".join(out)
 
 
+_JSON_SCALARS = {"VARCHAR": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN"}
+
+
+def _json_structure(structure: Any) -> str:
+    """A DuckDB ``json_transform`` structure (``"VARCHAR"``, ``["..."]``, ``{"k": ...}``, ``"MAP(VARCHAR, VARCHAR)"``)
+    as the Spark type ``from_json`` reads the same way (a missing member NULL, a scalar read as text as written)."""
+    if isinstance(structure, str):
+        if structure == "MAP(VARCHAR, VARCHAR)":
+            return "MAP<STRING, STRING>"
+        if structure in _JSON_SCALARS:
+            return _JSON_SCALARS[structure]
+    elif isinstance(structure, list) and len(structure) == 1:
+        return f"ARRAY<{_json_structure(structure[0])}>"
+    elif isinstance(structure, dict) and structure:
+        fields = []
+        for k, v in structure.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise NotPortable(f"json_transform member {k!r} has no Spark field name here")
+            fields.append(f"{k}: {_json_structure(v)}")
+        return f"STRUCT<{', '.join(fields)}>"
+    raise NotPortable(f"json_transform to {json.dumps(structure)} has no Spark reading here")
+
+
+def _json_node(n: exp.Expression) -> exp.Expression | None:
+    """DuckDB's JSON functions on text, as the mappings use them: ``json_valid(x)`` -> ``try_parse_json(x) IS NOT
+    NULL``; ``json_type(x)`` -> the first word of ``schema_of_variant`` (``OBJECT``, ``ARRAY``: DuckDB's names for
+    them, the only ones the mappings compare); ``json_transform(x, '"MAP(VARCHAR, VARCHAR)"')`` -> ``from_json(x,
+    'MAP<STRING, STRING>')`` (member values as text: scalars as written, objects and arrays as JSON, null NULL),
+    and its lists and objects of those as ``ARRAY<...>`` and ``STRUCT<...>`` (:func:`_json_structure`)."""
+    if isinstance(n, exp.Anonymous) and n.name.lower() == "json_valid" and len(n.expressions) == 1:
+        return exp.Not(this=exp.Is(this=exp.Anonymous(this="TRY_PARSE_JSON", expressions=[n.expressions[0].copy()]),
+                                   expression=exp.Null()))
+    if isinstance(n, exp.JSONType):
+        variant = exp.Anonymous(this="TRY_PARSE_JSON", expressions=[n.this.copy()])
+        return exp.Anonymous(this="REGEXP_EXTRACT", expressions=[
+            exp.Anonymous(this="SCHEMA_OF_VARIANT", expressions=[variant]), exp.Literal.string("^[A-Z]+"),
+            exp.Literal.number(0)])
+    if isinstance(n, exp.Anonymous) and n.name.lower() == "json_transform" and len(n.expressions) == 2:
+        structure = n.expressions[1]
+        if not (isinstance(structure, exp.Literal) and structure.is_string):
+            raise NotPortable(f"json_transform to {structure.sql(dialect='duckdb')} has no Spark reading here")
+        try:
+            parsed = json.loads(structure.name)
+        except ValueError:
+            raise NotPortable(f"json_transform to {structure.name!r} has no Spark reading here") from None
+        return exp.Anonymous(this="FROM_JSON", expressions=[n.expressions[0].copy(),
+                                                             exp.Literal.string(_json_structure(parsed))])
+    return None
+
+
+# DuckDB's strptime reads 1 or 2 digits for %m %d %H %I; Spark's one-letter fields do the same when parsing
+_JAVA_SLASH = {"%m": "M", "%d": "d", "%y": "yy", "%Y": "yyyy", "%H": "H", "%I": "h", "%M": "mm", "%S": "ss",
+               "%p": "a"}
+
+
+def _java_slash(fmt: str) -> str:
+    """One of ba_try_ts's slash formats (``%m/%d/%y %I:%M %p``) as a Spark datetime pattern."""
+    out = []
+    for p in re.split(r"(%.)", fmt):
+        if p.startswith("%"):
+            if p not in _JAVA_SLASH:
+                raise NotPortable(f"strptime format {fmt!r}: {p} has no Spark pattern here")
+            out.append(_JAVA_SLASH[p])
+        elif p:
+            if re.search(r"[A-Za-z']", p):
+                raise NotPortable(f"strptime format {fmt!r}: literal text does not translate")
+            out.append(p)
+    return "".join(out)
+
+
+def _inline_flags(pattern: exp.Expression, flags: str) -> exp.Expression:
+    if not set(flags) <= set("ims"):
+        raise NotPortable(f"regular expression options {flags!r} other than i, m, s")
+    if isinstance(pattern, exp.Literal):
+        return exp.Literal.string(f"(?{flags}){pattern.name}")
+    return exp.DPipe(this=exp.Literal.string(f"(?{flags})"), expression=pattern.copy())
+
+
+def _regexp_node(n: exp.Expression) -> exp.Expression | None:
+    """DuckDB's regexp options (``regexp_matches(x, p, 'i')``, ``regexp_replace(x, p, r, 'gi')``): Spark has no
+    options argument (sqlglot drops it), so ``i``/``m``/``s`` go into the pattern as ``(?i)``; ``g`` is Spark's
+    own regexp_replace (it replaces every match)."""
+    if isinstance(n, exp.RegexpLike) and n.args.get("flag") is not None:
+        flag = n.args["flag"]
+        if not (isinstance(flag, exp.Literal) and flag.is_string):
+            raise NotPortable("regexp_matches options that are not a literal")
+        flags = flag.name.replace("c", "")
+        pattern = _inline_flags(n.expression, flags) if flags else n.expression.copy()
+        return exp.RegexpLike(this=n.this.copy(), expression=pattern)
+    if isinstance(n, exp.RegexpReplace) and n.args.get("modifiers") is not None:
+        mods = n.args["modifiers"]
+        if not (isinstance(mods, exp.Literal) and mods.is_string):
+            raise NotPortable("regexp_replace options that are not a literal")
+        flags = mods.name.replace("g", "").replace("c", "")
+        pattern = _inline_flags(n.expression, flags) if flags else n.expression.copy()
+        return exp.RegexpReplace(this=n.this.copy(), expression=pattern, replacement=n.args["replacement"].copy())
+    return None
+
+
 def _spark_node(n: exp.Expression) -> exp.Expression | None:
+    json = _json_node(n) or _regexp_node(n)
+    if json is not None:
+        return json
     if isinstance(n, exp.Anonymous) and n.name.lower() == "error":
         return exp.Anonymous(this="RAISE_ERROR", expressions=[e.copy() for e in n.expressions])
     if isinstance(n, exp.Anonymous) and n.name.lower() == "try_strptime":
@@ -164,7 +287,14 @@ def _spark_node(n: exp.Expression) -> exp.Expression | None:
         if isinstance(fmt, exp.Literal) and fmt.is_string:
             return exp.Anonymous(this="TRY_TO_TIMESTAMP",
                                  expressions=[value.copy(), exp.Literal.string(_java_format(fmt.name))])
-        return _refuse_slash(value)  # a list of slash formats: ba_try_ts
+        if isinstance(fmt, exp.Array) and all(isinstance(f, exp.Literal) and f.is_string for f in fmt.expressions):
+            # ba_try_ts's slash formats (the day or month order decided per file on the driver): the first that
+            # reads the value, as DuckDB's try_strptime with a list
+            return exp.Coalesce(this=exp.Anonymous(this="TRY_TO_TIMESTAMP", expressions=[
+                value.copy(), exp.Literal.string(_java_slash(fmt.expressions[0].name))]), expressions=[
+                exp.Anonymous(this="TRY_TO_TIMESTAMP", expressions=[value.copy(), exp.Literal.string(_java_slash(f.name))])
+                for f in fmt.expressions[1:]])
+        return _refuse_slash(value)
     if isinstance(n, exp.Anonymous) and n.name.lower() == "list_sum" and len(n.expressions) == 1:
         # DuckDB's list_sum skips NULLs and is NULL for no values; the mappings sum money (DECIMAL(38,12))
         lst = n.expressions[0].sql(dialect="spark")
@@ -197,13 +327,19 @@ def _spark_rewrites(tree: exp.Expression) -> exp.Expression:
 
 
 def _swap_reader(tree: exp.Expression, view: str) -> exp.Expression:
+    """DuckDB's read_parquet(...)/read_csv(...) -> the file's Spark view; a CSV's record number (the reader's
+    ``row_number() OVER ()``, in file order) -> the view's ``file_row_number + 1``, as for parquet."""
     found = False
     for t in list(tree.find_all(exp.Table)):
-        if isinstance(t.this, exp.ReadParquet) or "read_parquet" in t.sql(dialect="duckdb").lower():
+        text = t.sql(dialect="duckdb").lower()
+        if isinstance(t.this, exp.ReadParquet) or "read_parquet(" in text or "read_csv(" in text:
             t.replace(exp.Table(this=exp.to_identifier(view), alias=t.args.get("alias")))
             found = True
     if not found:
-        raise NotPortable("the mapping reads no parquet file")
+        raise NotPortable("the mapping reads no parquet or CSV file")
+    for w in list(tree.find_all(exp.Window)):
+        if isinstance(w.this, exp.RowNumber) and not w.args.get("partition_by") and not w.args.get("order"):
+            w.replace(exp.Paren(this=exp.Add(this=exp.column("file_row_number"), expression=exp.Literal.number(1))))
     return tree
 
 
@@ -249,6 +385,9 @@ class RawFile:
     sql: str  # the Spark mapping over the view ``view``
     view: str
     partitions: dict[str, tuple[str, str]]  # hive partition column -> (value, DuckDB type), as DuckDB reads them
+    kind: str = "parquet"
+    columns: list[str] = field(default_factory=list)  # CSV: the header as the local reader names it (duplicates #n)
+    delimiter: str = ","  # CSV: as the local reader sniffs it
 
 
 @dataclass
@@ -265,18 +404,35 @@ class RawDelivery:
 
 @dataclass
 class Plan:
-    """What a raw run reads: every delivery found (oldest first, as local ingest orders them), the errors."""
+    """What a raw run reads: every delivery found (oldest first, as local ingest orders them), the errors.
+
+    The zip members, tarballs and CSVs whose line endings local ingest normalises are read from temporary copies
+    made on the driver (:func:`billing_audit.reader.readable`, as locally): they last until :meth:`close` (the
+    plan is a context manager), so Spark must have read the lines by then."""
 
     deliveries: list[RawDelivery]
     errors: list[InputError]
+    temp: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @property
     def readable(self) -> list[RawDelivery]:
         return [d for d in self.deliveries if d.error is None]
 
+    def close(self) -> None:
+        self.temp.close()
 
-NOT_PARQUET = ("the raw Spark path reads parquet only (CSV, JSON and archives need the local reader's sniffing: "
-               "ingest them with `billing-audit ingest`)")
+    def __enter__(self) -> Plan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+NOT_READ = ("the raw Spark path reads parquet and CSV only (JSON/NDJSON needs the local reader's typing: "
+            "ingest it with `billing-audit ingest`)")
+UNCHECKED = ("gcp-billing",)  # formats whose Spark mapping no test compares with local ingest: refused
+DECIMAL_COMMA = ("the file writes its numbers with a decimal comma, which the raw Spark path does not read "
+                 "(ingest it with `billing-audit ingest`)")
 
 
 def _partitions(path: Path, cols: dict[str, str], own: set[str]) -> dict[str, tuple[str, str]]:
@@ -291,56 +447,80 @@ def _partitions(path: Path, cols: dict[str, str], own: set[str]) -> dict[str, tu
 
 def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
     """Group the files under ``paths`` into deliveries exactly as local ingest does and map each file of each
-    delivery (a delivery that cannot be read whole is reported and not read, as locally)."""
+    delivery (a delivery that cannot be read whole is reported and not read, as locally).  Close the plan
+    (``with raw.plan(...) as p``) once Spark has read the lines: it holds the temporary copies."""
     from billing_audit import pricing
 
-    aside: list[Path] = []
-    deliveries, errors = dl.group(paths, follow_outside=follow_outside, set_aside=pricing.is_price_file, aside=aside)
-    errors = list(errors)
-    for p in aside:
-        errors.append(InputError(reader.display_name(p), "a price reference: an engine holds no price references "
-                                                         "(load it with `billing-audit ingest`); not read"))
-    for root in paths:  # archives: local ingest unpacks them; here they are refused, never passed over
-        for q in ([root] if root.is_file() else sorted(root.rglob("*"))):
-            if q.is_file() and reader.is_tarball(q):
-                errors.append(InputError(reader.display_name(q), NOT_PARQUET))
-    out = []
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    reader.install_macros(con)
+    stack = contextlib.ExitStack()
     try:
-        for i, d in enumerate(deliveries):
-            rd = RawDelivery(d, i)
-            out.append(rd)
-            try:
-                for j, f in enumerate(d.files):
-                    rd.files.append(_map_file(con, d, f, f"ba_raw_{i}_{j}"))
-            except InputError as e:
-                rd.error = e
-                rd.files = []
-    finally:
-        con.close()
-    return Plan(out, errors)
+        aside: list[Path] = []
+        deliveries, errors = dl.group(paths, unpack=stack, follow_outside=follow_outside,
+                                      set_aside=pricing.is_price_file, aside=aside)
+        errors = list(errors)
+        for p in aside:
+            errors.append(InputError(reader.display_name(p), "a price reference: an engine holds no price "
+                                                             "references (load it with `billing-audit ingest`); not read"))
+        out = []
+        con = duckdb.connect()
+        con.execute("SET TimeZone = 'UTC'")
+        reader.install_macros(con)
+        try:
+            for i, d in enumerate(deliveries):
+                rd = RawDelivery(d, i)
+                out.append(rd)
+                try:
+                    for f in d.files:
+                        rd.files.extend(_map_file(con, d, f, f"ba_raw_{i}_{len(rd.files)}", stack))
+                except InputError as e:
+                    rd.error = e
+                    rd.files = []
+        finally:
+            con.close()
+    except BaseException:
+        stack.close()
+        raise
+    return Plan(out, errors, stack)
 
 
-def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str) -> RawFile:
-    display = reader.display_name(f)
-    kind = reader.file_kind(f)
-    if kind != "parquet" or f.name.lower().endswith(".zip"):
-        raise InputError(display, NOT_PARQUET)
-    cols = reader.probe_columns(con, f, display, kind)
-    fmt = reader.detect(cols, kind, display)
-    if not d.export:  # as local ingest: the export its layout says, else the delivery's own
-        d.export = fmt.export_of(f) or d.key
-    mf = reader.MappedFile(f, display, kind, fmt, cols)
-    duck = mf.mapped_sql(con, fp=d.fingerprints()[f], ingest_id=0)
-    own = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({lit(str(f))}, "
-                                     "hive_partitioning = false)").fetchall()}
-    try:
-        sql = spark_mapping(duck, view, display)
-    except NotPortable as e:
-        raise InputError(display, f"its {fmt.id} mapping does not translate to Spark: {e}") from None
-    return RawFile(f, display, f.stat().st_size, fmt.id, sql, view, _partitions(f, cols, own))
+def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str,
+              stack: contextlib.ExitStack) -> list[RawFile]:
+    """The file's mapped parts, as local ingest reads them (:func:`billing_audit.reader.readable`: a zip's
+    members, a CSV with mixed line endings from a normalised copy)."""
+    from billing_audit.store import _part_fp
+
+    if reader.file_kind(f) == "json":
+        raise InputError(reader.display_name(f), NOT_READ)
+    out: list[RawFile] = []
+    for local, display in stack.enter_context(reader.readable(f)):
+        kind = reader.file_kind(local)
+        if kind == "json":
+            raise InputError(display, NOT_READ)
+        cols = reader.probe_columns(con, local, display, kind)
+        fmt = reader.detect(cols, kind, display)
+        if not d.export:  # as local ingest: the export its layout says, else the delivery's own
+            d.export = fmt.export_of(f) or d.key
+        if fmt.id.startswith(UNCHECKED):
+            raise InputError(display, f"the raw Spark path does not read {fmt.id} yet (its mapping translates, but "
+                                      "is not checked against local ingest): ingest it with `billing-audit ingest`")
+        mf = reader.MappedFile(local, display, kind, fmt, cols)
+        if mf.decimal_comma:
+            raise InputError(display, DECIMAL_COMMA)
+        fp = _part_fp(d.fingerprints()[f], display, display == reader.display_name(f))
+        duck = mf.mapped_sql(con, fp=fp, ingest_id=0)
+        part_view = view if len(out) == 0 else f"{view}_{len(out)}"
+        try:
+            sql = spark_mapping(duck, part_view, display)
+        except NotPortable as e:
+            raise InputError(display, f"its {fmt.id} mapping does not translate to Spark: {e}") from None
+        if kind == "csv":
+            out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view, {}, kind,
+                               list(cols), mf.delimiter))
+            continue
+        own = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({lit(str(local))}, "
+                                         "hive_partitioning = false)").fetchall()}
+        out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view,
+                           _partitions(local, cols, own)))
+    return out
 
 
 # -- on Spark: the mapped lines, newest delivery per slice ----------------------------------------------------------
@@ -348,9 +528,50 @@ _SPARK_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "INTEGER": "int", "DATE
                 "TIMESTAMP": "timestamp", "BOOLEAN": "boolean"}
 
 
+CORRUPT = "_ba_corrupt_record"
+REPLACEMENT = "\ufffd"  # what Spark's UTF-8 decoder puts for bytes that are not UTF-8
+
+
+def _csv_frame(spark: Any, f: RawFile) -> Any:
+    """A CSV as the local reader's ``read_csv`` gives it (:func:`billing_audit.reader.reader_sql`): the header's
+    names (duplicates ``#n``) in order, every column text, ``"` quoting with ``""`` escapes, values untrimmed, empty
+    and ``""`` fields NULL, blank lines skipped, a quoted value over several lines one record.  ``multiLine`` reads
+    each file as one partition in file order, so the record number is ``monotonically_increasing_id``.  A record
+    with another number of fields than the header, and a value holding bytes that are not UTF-8 (Spark decodes
+    them to U+FFFD: a file holding U+FFFD itself is refused too), fail the run naming the file, row and column,
+    as locally (DuckDB refuses both)."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField(c, StringType()) for c in f.columns] + [StructField(CORRUPT, StringType())])
+    df = (spark.read.schema(schema)
+          .options(header=True, multiLine=True, sep=f.delimiter, quote='"', escape='"', encoding="UTF-8",
+                   mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, enforceSchema=True,
+                   ignoreLeadingWhiteSpace=False, ignoreTrailingWhiteSpace=False)
+          .csv(str(f.path.resolve())))
+    if df.rdd.getNumPartitions() != 1:  # never: multiLine CSV is not splittable
+        raise InputError(f.display, "Spark split the CSV file: its record numbers would not be local ingest's")
+    df = df.select("*", F.monotonically_increasing_id().alias("file_row_number"))
+
+    def refuse(column: str, message: str) -> Any:
+        return F.raise_error(F.concat(F.lit(f"{FILE_MARK}{f.display}|{fm.ROW_ERROR}|"),
+                                      (F.col("file_row_number") + 1).cast("string"), F.lit(f"|{column}|{message}")))
+
+    sep = reader.DELIMITER_NAMES[f.delimiter]
+    check = F.when(F.col(CORRUPT).isNotNull(), refuse("", f"malformed row: the header has {len(f.columns)} columns, "
+                                                           f"this {sep}-delimited row another number of fields"))
+    for c in f.columns:
+        shown = re.sub(re.escape(reader.DUP_MARK) + r"\d+$", "", c)
+        check = check.when(F.instr(F.col("`" + c.replace("`", "``") + "`"), REPLACEMENT) > 0,
+                           refuse(shown, "not UTF-8 text; re-save the file as UTF-8"))
+    return df.where(check.otherwise(F.lit(True))).drop(CORRUPT)
+
+
 def _file_frame(spark: Any, f: RawFile) -> Any:
     from pyspark.sql import functions as F  # noqa: N812
 
+    if f.kind == "csv":
+        return _csv_frame(spark, f)
     df = spark.read.parquet(str(f.path.resolve()))
     for col, (value, typ) in f.partitions.items():
         if typ not in _SPARK_TYPES:
@@ -382,20 +603,38 @@ def _reason(e: Exception) -> str:
     return reason(e)
 
 
+EXCLUDED = "spark.sql.optimizer.excludedRules"
+COLLAPSE = "org.apache.spark.sql.catalyst.optimizer.CollapseProject"
+
+
 def mapped_lines(spark: Any, p: Plan) -> Any:
     """Every readable delivery's lines, mapped to canonical columns, with ``_ba_delivery`` (its index)."""
     from pyspark.sql import functions as F  # noqa: N812
 
     frames = []
-    for d in p.readable:
-        for f in d.files:
-            try:
-                _file_frame(spark, f).createOrReplaceTempView(f.view)
-                frames.append(spark.sql(f.sql).withColumn("_ba_delivery", F.lit(d.index)))
-            except InputError:
-                raise
-            except Exception as e:  # noqa: BLE001 - Spark's AnalysisException: the file cannot be mapped here
-                raise InputError(f.display, f"Spark cannot map it as {f.format}: {_reason(e)}") from None
+    # Each file's mapping is planned without CollapseProject, and checkpointed lazily: merged into the mapping's
+    # outer SELECTs, the typed source columns (text parsed by the inlined reader macros: a CSV's dates and numbers)
+    # would be copied into every reference to them until the plan no longer fits the driver (a legacy CUR CSV
+    # does).  The checkpoint is the barrier: the slice aggregates and filter that follow are not pushed into the
+    # mapping, and each file is mapped once, on first use.
+    before = spark.conf.get(EXCLUDED, None)
+    spark.conf.set(EXCLUDED, ",".join(r for r in (before, COLLAPSE) if r))
+    try:
+        for d in p.readable:
+            for f in d.files:
+                try:
+                    _file_frame(spark, f).createOrReplaceTempView(f.view)
+                    frames.append(spark.sql(f.sql).withColumn("_ba_delivery", F.lit(d.index))
+                                  .localCheckpoint(eager=False))
+                except InputError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - Spark's AnalysisException: the file cannot be mapped here
+                    raise InputError(f.display, f"Spark cannot map it as {f.format}: {_reason(e)}") from None
+    finally:
+        if before is None:
+            spark.conf.unset(EXCLUDED)
+        else:
+            spark.conf.set(EXCLUDED, before)
     if not frames:
         raise BillingAuditError("no export file Spark can read was found (see the errors above)")
     out = frames[0]
@@ -409,14 +648,32 @@ def keep_newest(spark: Any, p: Plan, lines: Any) -> Kept:
     (:meth:`billing_audit.store.Store._settle_slices`): the deliveries in ingest order, each slice kept by
     the later one unless the one holding it is strictly newer (``deliveries.order_key``); a delivery dated only
     by its files' times is dated by its rows (the newest ``x_ExportTime``, else the latest ``ChargePeriodEnd``)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
     try:
-        rows = lines.groupBy("_ba_delivery", "x_Provider", "BillingAccountId", "BillingPeriodStart").agg(
-            {"*": "count", "x_ExportTime": "max", "ChargePeriodEnd": "max"}).collect()
+        per_file = lines.groupBy("_ba_delivery", "x_SourceFile", "x_Provider", "BillingAccountId",
+                                 "BillingPeriodStart").agg(F.count(F.lit(1)).alias("n"),
+                                                           F.max("x_ExportTime").alias("export_time"),
+                                                           F.max("ChargePeriodEnd").alias("usage")).collect()
     except Exception as e:  # noqa: BLE001 - a value a mapping refused, or a file Spark cannot read
         raise input_error(e) from None
+    with_rows = {(int(r["_ba_delivery"]), r["x_SourceFile"]) for r in per_file}
+    for d in p.readable:  # as local ingest: a file of no lines is an error, not a delivery of nothing
+        for f in d.files:
+            if (d.index, f.display) not in with_rows:
+                raise InputError(f.display, "file has a header but no data rows")
+    merged: dict[tuple[int, str, str | None, Any], dict[str, Any]] = {}
+    for r in per_file:
+        k = (int(r["_ba_delivery"]), r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"])
+        m = merged.setdefault(k, {"x_Provider": k[1], "BillingAccountId": k[2], "BillingPeriodStart": k[3],
+                                  "count(1)": 0, "max(x_ExportTime)": None, "max(ChargePeriodEnd)": None})
+        m["count(1)"] += int(r["n"])
+        for out, got in (("max(x_ExportTime)", r["export_time"]), ("max(ChargePeriodEnd)", r["usage"])):
+            if got is not None and (m[out] is None or got > m[out]):
+                m[out] = got
     by_delivery: dict[int, list[Any]] = {}
-    for r in rows:
-        by_delivery.setdefault(int(r["_ba_delivery"]), []).append(r)
+    for (index, *_), m in merged.items():
+        by_delivery.setdefault(index, []).append(m)
     owners: dict[tuple[str, str, str | None, Any], tuple[RawDelivery, Slice]] = {}
     superseded: list[Slice] = []
     for d in p.readable:
