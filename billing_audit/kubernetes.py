@@ -59,6 +59,26 @@ def has_split_columns(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0])
 
 
+def pod_cost_warnings(store: Any, period: str | None) -> list[str]:
+    """Pod records (split cost allocation data) that carry billed or effective cost of their own: the report adds
+    their cost as billed beside the node's line that their weights share out, so it would be counted twice.  AWS
+    documents the pod's cost in the split columns, not in ``line_item_unblended_cost`` (see README); a record
+    that has it anyway is named here, how many and how much per currency, never silently added."""
+    con = store.con
+    if not store._has_table("line_items") or not has_split_columns(con):
+        return []
+    rows = con.execute(f"""SELECT coalesce(BillingCurrency, '?'), count(*), sum(coalesce(BilledCost, 0)),
+        sum(coalesce(EffectiveCost, 0)) FROM line_items l
+        WHERE x_SplitParentId IS NOT NULL AND x_SplitParentId <> coalesce(ResourceId, '')
+          AND (coalesce(BilledCost, 0) <> 0 OR coalesce(EffectiveCost, 0) <> 0)
+          AND {period_filter(period, 'l.BillingPeriodStart')}
+        GROUP BY ALL ORDER BY 1""").fetchall()
+    return [f"kubernetes: {n} pod record(s) of split cost allocation data carry cost of their own ({cur}: billed "
+            f"{billed:.2f}, effective {eff:.2f}); their node's line already holds that cost, so it is counted in "
+            "the totals twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"
+            for cur, n, billed, eff in rows]
+
+
 def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool) -> str:
     """Each node's parts per hour: (provider, currency, node, hs, ph = the part's key hash, w, pod)."""
     pods = f"""

@@ -250,3 +250,23 @@ def test_a_daily_fee_on_a_shared_node_is_shared_by_the_pods_over_its_hours(tmp_p
     tot = {r["currency"]: r for r in rep.totals.iter_rows(named=True)}
     assert (tot["USD"]["restart_fees"], tot["USD"]["interruptions"]) == (D("2.700000000000"), D(2))
     assert tot["USD"]["total_cost"] == D("33.000000000000")  # 31.30 + 1.70
+
+
+def test_no_pod_cost_warning_when_pod_records_carry_no_cost(store_path: Path) -> None:
+    assert not [w for w in _report(store_path).warnings if "pod record" in w]
+
+
+def test_pod_records_carrying_cost_are_named_per_currency(tmp_path: Path) -> None:
+    """Two of llm-a's 11:00 pod records (vCPU 2.70, memory 0.30 of weight) given billed and effective cost 2.70 and
+    0.30: the report says 2 records carry 3.00 USD of their own, counted beside node A's line."""
+    path = tmp_path / "podcost.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.con.execute("UPDATE line_items SET BilledCost = x_SplitCost, EffectiveCost = x_SplitCost "
+                          "WHERE x_SplitParentId = ? AND ChargePeriodStart = TIMESTAMP '2026-07-10 11:00:00' "
+                          "AND Tags['aws_eks_namespace'] = 'research'", [NODE_A])
+        store.tag()
+    warn = [w for w in _report(path).warnings if "pod record" in w]
+    assert warn == ["kubernetes: 2 pod record(s) of split cost allocation data carry cost of their own (USD: billed "
+                    "3.00, effective 3.00); their node's line already holds that cost, so it is counted in the totals "
+                    "twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"]
