@@ -32,9 +32,9 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from billing_audit import kubernetes
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit import kubernetes
 from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, period_filter, prepare
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
@@ -390,7 +390,7 @@ def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], Decima
     on_node = ("EXISTS (SELECT 1 FROM ba_k8s_events s WHERE s.provider = it.provider AND lower(s.node) = it.rid "
                "AND s.hs = date_trunc('hour', it.time))")
     gap, before = int(CLUSTER_GAP.total_seconds()), int(MATCH_BEFORE.total_seconds())
-    nodes = f"""
+    nodes = """
 UNION ALL
 SELECT s.job, s.team, s.provider, s.currency, s.account, sum(s.units) AS n, TRUE
 FROM it JOIN ba_k8s_events s ON s.provider = it.provider AND lower(s.node) = it.rid AND s.hs = date_trunc('hour', it.time)
