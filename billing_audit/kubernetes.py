@@ -19,7 +19,10 @@ node share*.  Amounts are split exactly (in 1e-12 units, HUGEINT): the rounding 
 unallocated share, else to the part of the largest weight, so the parts add up to the line to the last digit.
 The line count and the priced-line counts go to that same part; money, spot hours, the on-demand equivalent and
 the restart count are shared (a job that had 60% of a node interrupted once counts 0.6 interruptions, so the
-report's totals count the node's interruption once).
+report's totals count the node's interruption once).  A line whose charge period spans several hours (a daily fee)
+is shared by the parts' weights summed over its hours (the node's own spot cost in an hour without pods: its
+unallocated share).  Interruption events (``ba_k8s_events``): an event of a node in an hour it was shared counts
+for each job row by that hour's shares, so the job rows add up to the node's count.
 
 Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
 """
