@@ -29,6 +29,7 @@ Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -230,6 +231,9 @@ def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dic
         return {"role": "labelled_row", "node": rid,
                 "reason": f"a row of node {rid} split by the bill's Kubernetes cost allocation: attributed by its own "
                           "labels; its cost weighs the node's other lines in that hour"}
+    end = line.get("ChargePeriodEnd")
+    if end is not None and end - start.replace(minute=0, second=0, microsecond=0) > timedelta(hours=1):
+        return _explain_span(con, line, h, key[:3], start, end)
     rows = con.execute(f"""SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), w.ph IS NULL,
         w.w, w.denom, w.anchor FROM ba_k8s_weights w LEFT JOIN ba_attr a ON a.h = coalesce(w.ph, ?)
         WHERE {where.replace('provider', 'w.provider').replace('currency', 'w.currency').replace('node', 'w.node')
@@ -242,3 +246,42 @@ def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dic
     return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
             "reason": f"a line of Kubernetes node {rid} in the hour {start:%Y-%m-%d %H:00}: shared out to the pods that "
                       "ran on it by the bill's split (the node's own attribution keeps what no pod covers)"}
+
+
+def _explain_span(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int, node: list[Any], start: Any,
+                  end: Any) -> dict[str, Any] | None:
+    """:func:`explain` of a line over several hours (a daily fee): its parts' weights summed over its hours, the
+    node's own spot cost in hours without pods its unallocated share (as :func:`build` shares it)."""
+    from billing_audit.rollup import UNATTRIBUTED
+
+    span = SPAN_END.replace("g.cps", "CAST(? AS TIMESTAMP)").replace("g.cpe", "CAST(? AS TIMESTAMP)")
+    got = con.execute(f"""
+WITH hrs AS (SELECT unnest(generate_series(date_trunc('hour', CAST(? AS TIMESTAMP)), {span} - INTERVAL 1 HOUR,
+                                           INTERVAL 1 HOUR)) AS hs),
+w AS (SELECT * FROM ba_k8s_weights WHERE provider = ? AND currency = ? AND node = ?),
+o AS (SELECT * FROM ba_k8s_own WHERE provider = ? AND currency = ? AND node = ?),
+d AS (SELECT sum(coalesce(x.denom, o.amt, 0)) AS denom FROM hrs
+      LEFT JOIN (SELECT DISTINCT hs, denom FROM w) x USING (hs) LEFT JOIN o USING (hs)),
+p AS (SELECT w.ph, sum(w.w) AS w FROM w JOIN hrs USING (hs) WHERE w.ph IS NOT NULL GROUP BY w.ph)
+SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), p.ph, p.w, d.denom
+FROM p CROSS JOIN d LEFT JOIN ba_attr a ON a.h = p.ph ORDER BY p.w DESC, p.ph""",
+        [start, start, end, start, *node, *node]).fetchall()  # SPAN_END: cps, cpe, cps
+    if not got:
+        return None
+    denom = Decimal(got[0][4] or 0)
+    tot = sum((Decimal(r[3]) for r in got), Decimal(0))
+    parts = [{"job": job, "team": team, "unallocated_node_share": False, "weight": w,
+              "share": Decimal(w) / denom if denom else None, "gets_rounding_remainder": i == 0 and tot >= denom}
+             for i, (job, team, _, w, _) in enumerate(got)]
+    if denom > tot:
+        own = con.execute(f"SELECT coalesce(job, '{UNATTRIBUTED}'), coalesce(team, '{UNATTRIBUTED}') FROM ba_attr "
+                          "WHERE h = ?", [h]).fetchone() or (UNATTRIBUTED, UNATTRIBUTED)
+        parts.append({"job": own[0], "team": own[1], "unallocated_node_share": True, "weight": denom - tot,
+                      "share": (denom - tot) / denom, "gets_rounding_remainder": True})
+        parts.sort(key=lambda p: -p["weight"])
+    rid = line.get("ResourceId")
+    period = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
+    return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
+            "reason": f"a line of Kubernetes node {rid} charged {period}: shared out to the pods that ran on it by "
+                      "the bill's split summed over the hours of its charge period (the node's own attribution keeps "
+                      "what no pod covers)"}

@@ -270,3 +270,25 @@ def test_pod_records_carrying_cost_are_named_per_currency(tmp_path: Path) -> Non
     assert warn == ["kubernetes: 2 pod record(s) of split cost allocation data carry cost of their own (USD: billed "
                     "3.00, effective 3.00); their node's line already holds that cost, so it is counted in the totals "
                     "twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"]
+
+
+def test_explain_a_daily_fee_lists_the_parts_over_its_hours(tmp_path: Path) -> None:
+    """The daily fee of 1.70 on node A: parts summed over node A's hours, llm-a 5 + 3, rl-b 3 + 6 of 17."""
+    path = tmp_path / "dayx.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+              x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
+              TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
+              1.70 AS ListCost)
+            FROM line_items WHERE ResourceId = ? AND EffectiveCost = 1""", [NODE_A])
+        store.tag()
+        day = store.con.execute("SELECT x_LineItemId FROM line_items WHERE x_LineItemId LIKE '%-day'").fetchone()
+    assert day
+    k = app.explain(str(path), day[0]).kubernetes
+    assert k is not None and k["role"] == "shared_node_line"
+    assert "charged 2026-07-10 00:00 to 2026-07-11 00:00" in k["reason"]
+    got = sorted((p["job"], p["weight"], p["gets_rounding_remainder"]) for p in k["parts"])
+    assert got == [("llm-a", D(3), False), ("llm-a", D(5), False), ("rl-b", D(3), False), ("rl-b", D(6), True)]
+    assert sum(p["weight"] for p in k["parts"]) == D(17)  # no unallocated share: the pods cover node A's hours
+    assert round(k["parts"][0]["share"], 12) == D("0.352941176471")  # rl-b's 11:00 pod, 6/17, listed first
