@@ -311,13 +311,13 @@ def test_an_engine_run_over_kubernetes_pod_records_says_nodes_are_not_shared(tmp
     with billing_audit.open(db) as store:
         assert not store.ingest([str(FIXTURES / "aws" / "cur2-eks")]).errors
         store.tag()
+        local = build_report(store, Config(), "2026-07")  # first: its node shares are prepared on the connection
         sql = pipeline.pipeline_sql(RULES, Config(), "2026-07", "effective")
         rows = [tuple(r) for r in store.con.execute(sql, pipeline.bound_values(RULES, None)).fetchall()]
         run = pipeline.EngineRun("duckdb", "line_items", "2026-07", "effective", sql,
                                  pipeline.config_key(Config(), RULES, None))
         run_id = pipeline.store_results(store.con, run, rows)
         got = build_report(store, Config(), "2026-07", "effective", engine_run=run_id)
-        local = build_report(store, Config(), "2026-07")
     k8s = [w for w in got.warnings if w.startswith("kubernetes:")]
     assert len(k8s) == 1 and "pod records of shared nodes (split cost allocation data: 10 in USD)" in k8s[0]
     assert "does not share a node's lines out" in k8s[0] and "restart fees" in k8s[0]
