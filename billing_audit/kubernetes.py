@@ -19,13 +19,17 @@ node share*.  Amounts are split exactly (in 1e-12 units, HUGEINT): the rounding 
 unallocated share, else to the part of the largest weight, so the parts add up to the line to the last digit.
 The line count and the priced-line counts go to that same part; money, spot hours, the on-demand equivalent and
 the restart count are shared (a job that had 60% of a node interrupted once counts 0.6 interruptions, so the
-report's totals count the node's interruption once).
+report's totals count the node's interruption once).  A line whose charge period spans several hours (a daily fee)
+is shared by the parts' weights summed over its hours (the node's own spot cost in an hour without pods: its
+unallocated share).  Interruption events (``ba_k8s_events``): an event of a node in an hour it was shared counts
+for each job row by that hour's shares, so the job rows add up to the node's count.
 
 Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -39,6 +43,9 @@ COUNTED = ("n", "priced_effective", "priced_billed")
 # GKE cost allocation's namespace label on a node's split rows
 LABELLED = "k8s-namespace"
 UNIT = "1000000000000"  # 1e12: DECIMAL(38,12) amounts as exact integers
+# the end of a line's charge period in whole hours (a line without an end, or within one hour: its start hour + 1)
+SPAN_END = ("greatest(date_trunc('hour', g.cps) + INTERVAL 1 HOUR, coalesce(date_trunc('hour', g.cpe - INTERVAL 1 MICROSECOND) "
+            "+ INTERVAL 1 HOUR, g.cps))")
 
 
 def _units(x: str) -> str:
@@ -54,6 +61,26 @@ def has_split_columns(con: duckdb.DuckDBPyConnection) -> bool:
         "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
         "AND table_name = 'line_items' AND column_name = 'x_SplitParentId'").fetchone()
     return bool(row and row[0])
+
+
+def pod_cost_warnings(store: Any, period: str | None) -> list[str]:
+    """Pod records (split cost allocation data) that carry billed or effective cost of their own: the report adds
+    their cost as billed beside the node's line that their weights share out, so it would be counted twice.  AWS
+    documents the pod's cost in the split columns, not in ``line_item_unblended_cost`` (see README); a record
+    that has it anyway is named here, how many and how much per currency, never silently added."""
+    con = store.con
+    if not store._has_table("line_items") or not has_split_columns(con):
+        return []
+    rows = con.execute(f"""SELECT coalesce(BillingCurrency, '?'), count(*), sum(coalesce(BilledCost, 0)),
+        sum(coalesce(EffectiveCost, 0)) FROM line_items l
+        WHERE x_SplitParentId IS NOT NULL AND x_SplitParentId <> coalesce(ResourceId, '')
+          AND (coalesce(BilledCost, 0) <> 0 OR coalesce(EffectiveCost, 0) <> 0)
+          AND {period_filter(period, 'l.BillingPeriodStart')}
+        GROUP BY ALL ORDER BY 1""").fetchall()
+    return [f"kubernetes: {n} pod record(s) of split cost allocation data carry cost of their own ({cur}: billed "
+            f"{billed:.2f}, effective {eff:.2f}); their node's line already holds that cost, so it is counted in "
+            "the totals twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"
+            for cur, n, billed, eff in rows]
 
 
 def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool) -> str:
@@ -80,24 +107,28 @@ def build(con: duckdb.DuckDBPyConnection, groups: str, keys: str, period: str | 
     """``ba_k8s_parts``, ``ba_k8s_weights`` and ``ba_split_groups`` (the groups with the shared lines in parts,
     each row carrying ``ah``, the key attribution reads, and ``split``) as temp tables; the name of the last, or
     None when no node in the period has parts (the groups are then used as they are)."""
-    for t in ("ba_k8s_weights", "ba_split_groups"):  # another period's, prepared earlier on this connection
+    for t in ("ba_k8s_weights", "ba_split_groups", "ba_k8s_own", "ba_k8s_events"):  # another period's, prepared earlier on this connection
         con.execute(f"DROP TABLE IF EXISTS {t}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_k8s_parts AS {parts_sql(groups, keys, period, has_split_columns(con))}")
     row = con.execute("SELECT count(*) FROM ba_k8s_parts").fetchone()
     if not row or not row[0]:
         return None
     node = "provider, currency, node, hs"
-    # the node's own spot cost in the hour (its lines that are not parts), against which the parts' weights are set
+    # the node's own spot cost per hour (its lines that are not parts, every hour of a node with parts in the
+    # period), against which the parts' weights are set; a line over several hours weighs each of them
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_own AS
+SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, sum(coalesce(g.effective, 0)) AS amt,
+       arg_max(g.h, coalesce(g.effective, 0)) AS oh, min(k.BillingAccountId) AS account
+FROM {groups} g JOIN {keys} k ON k.h = g.h
+WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND {period_filter(period)}
+  AND EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.provider = k.provider AND p.currency = k.currency
+              AND p.node = k.ResourceId)
+  AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
+                  AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
+GROUP BY ALL""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_weights AS
 WITH sets AS (SELECT {node}, sum(w) AS tot FROM ba_k8s_parts GROUP BY ALL),
-own AS (
-  SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, sum(coalesce(g.effective, 0)) AS amt
-  FROM {groups} g JOIN {keys} k ON k.h = g.h JOIN sets s
-    ON s.provider = k.provider AND s.currency = k.currency AND s.node = k.ResourceId AND s.hs = date_trunc('hour', g.cps)
-  WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND {period_filter(period)}
-    AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
-                    AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
-  GROUP BY ALL),
+own AS (SELECT o.* FROM ba_k8s_own o JOIN sets s USING ({node})),
 sized AS (SELECT s.*, greatest(s.tot, coalesce(o.amt, 0)) AS denom FROM sets s LEFT JOIN own o USING ({node}))
 SELECT p.provider, p.currency, p.node, p.hs, p.ph, p.w, z.denom,
        row_number() OVER (PARTITION BY p.provider, p.currency, p.node, p.hs ORDER BY p.w DESC, p.ph) = 1
@@ -105,6 +136,20 @@ SELECT p.provider, p.currency, p.node, p.hs, p.ph, p.w, z.denom,
 FROM ba_k8s_parts p JOIN sized z USING ({node}) WHERE z.denom > 0
 UNION ALL  -- what the pods do not cover: the node's unallocated share (ph NULL: the line's own key)
 SELECT provider, currency, node, hs, NULL, denom - tot, denom, TRUE FROM sized WHERE denom > tot AND denom > 0""")
+    # an interruption event of a node in an hour it was shared: each job row's share of it (in 1e-12 units, the
+    # remainder to the anchor part, so the shares add up to one event); what no pod covers: the node's own key
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_events AS
+WITH cut AS (
+  SELECT w.*, {UNIT}::HUGEINT * {_units('w.w')} // {_units('w.denom')} AS u FROM ba_k8s_weights w),
+fixed AS (
+  SELECT c.*, c.u + CASE WHEN c.anchor THEN {UNIT}::HUGEINT - sum(c.u) OVER (PARTITION BY {node}) ELSE 0 END AS units
+  FROM cut c)
+SELECT f.provider, f.currency, f.node, f.hs, a.job, a.team, o.account, sum(f.units) AS units
+FROM fixed f JOIN (SELECT provider, currency, ResourceId AS node, min(BillingAccountId) AS account FROM {keys}
+                   WHERE ResourceId IS NOT NULL GROUP BY ALL) o USING (provider, currency, node)
+LEFT JOIN ba_k8s_own n USING ({node})
+JOIN ba_attr a ON a.h = coalesce(f.ph, n.oh)
+GROUP BY ALL""")
     gcols = [r[0] for r in con.execute(f"DESCRIBE {groups}").fetchall()]
     keep = [c for c in gcols if c not in SHARED and c not in COUNTED and c != "h"]
     shared = []
@@ -123,9 +168,37 @@ WITH targets AS (
   FROM {groups} g JOIN {keys} k ON k.h = g.h
   WHERE g.cps IS NOT NULL AND {period_filter(period)}
     AND EXISTS (SELECT 1 FROM ba_k8s_weights w WHERE w.provider = k.provider AND w.currency = k.currency
-                AND w.node = k.ResourceId AND w.hs = date_trunc('hour', g.cps))
+                AND w.node = k.ResourceId AND w.hs >= date_trunc('hour', g.cps) AND w.hs < {SPAN_END})
     AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
                     AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
+),
+-- the hours of each line's charge period (a daily fee: 24), each weighed as the node was shared in it
+hours AS (
+  SELECT t.tid, t.provider, t.currency, t.node, unnest(generate_series(t.hs, {SPAN_END.replace('g.', 't.')} - INTERVAL 1 HOUR,
+         INTERVAL 1 HOUR)) AS hs
+  FROM targets t
+),
+denoms AS (
+  SELECT x.tid, sum(coalesce(d.denom, o.amt, 0)) AS denom
+  FROM hours x
+  LEFT JOIN (SELECT DISTINCT provider, currency, node, hs, denom FROM ba_k8s_weights) d
+    ON d.provider = x.provider AND d.currency = x.currency AND d.node = x.node AND d.hs = x.hs
+  LEFT JOIN ba_k8s_own o ON o.provider = x.provider AND o.currency = x.currency AND o.node = x.node AND o.hs = x.hs
+  GROUP BY x.tid
+),
+pw AS (
+  SELECT x.tid, w.ph, sum(w.w) AS w FROM hours x JOIN ba_k8s_weights w
+    ON w.provider = x.provider AND w.currency = x.currency AND w.node = x.node AND w.hs = x.hs AND w.ph IS NOT NULL
+  GROUP BY x.tid, w.ph
+),
+pt AS (SELECT tid, sum(w) AS tot FROM pw GROUP BY tid),
+tw AS (  -- each line's parts over its hours, and what no pod covers (ph NULL); the anchor takes the remainder
+  SELECT pw.tid, pw.ph, pw.w, d.denom,
+         row_number() OVER (PARTITION BY pw.tid ORDER BY pw.w DESC, pw.ph) = 1 AND pt.tot >= d.denom AS anchor
+  FROM pw JOIN denoms d USING (tid) JOIN pt USING (tid)
+  UNION ALL
+  SELECT d.tid, NULL, d.denom - coalesce(pt.tot, 0), d.denom, TRUE FROM denoms d LEFT JOIN pt USING (tid)
+  WHERE d.denom > coalesce(pt.tot, 0)
 )
 SELECT g.h, g.h AS ah, FALSE AS split, {", ".join(f"g.{c}" for c in keep)}, {", ".join(plain)}
 FROM {groups} g WHERE {period_filter(period)} AND NOT EXISTS (
@@ -134,8 +207,7 @@ FROM {groups} g WHERE {period_filter(period)} AND NOT EXISTS (
 UNION ALL
 SELECT t.h, coalesce(w.ph, t.h) AS ah, TRUE AS split, {", ".join(f"t.{c}" for c in keep)}, {", ".join(shared)},
        {", ".join(counted)}
-FROM targets t JOIN ba_k8s_weights w ON w.provider = t.provider AND w.currency = t.currency AND w.node = t.node
-  AND w.hs = t.hs""")
+FROM targets t JOIN tw w ON w.tid = t.tid""")
     return "ba_split_groups"
 
 
@@ -159,6 +231,9 @@ def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dic
         return {"role": "labelled_row", "node": rid,
                 "reason": f"a row of node {rid} split by the bill's Kubernetes cost allocation: attributed by its own "
                           "labels; its cost weighs the node's other lines in that hour"}
+    end = line.get("ChargePeriodEnd")
+    if end is not None and end - start.replace(minute=0, second=0, microsecond=0) > timedelta(hours=1):
+        return _explain_span(con, line, h, key[:3], start, end)
     rows = con.execute(f"""SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), w.ph IS NULL,
         w.w, w.denom, w.anchor FROM ba_k8s_weights w LEFT JOIN ba_attr a ON a.h = coalesce(w.ph, ?)
         WHERE {where.replace('provider', 'w.provider').replace('currency', 'w.currency').replace('node', 'w.node')
@@ -171,3 +246,42 @@ def explain(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int) -> dic
     return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
             "reason": f"a line of Kubernetes node {rid} in the hour {start:%Y-%m-%d %H:00}: shared out to the pods that "
                       "ran on it by the bill's split (the node's own attribution keeps what no pod covers)"}
+
+
+def _explain_span(con: duckdb.DuckDBPyConnection, line: dict[str, Any], h: int, node: list[Any], start: Any,
+                  end: Any) -> dict[str, Any] | None:
+    """:func:`explain` of a line over several hours (a daily fee): its parts' weights summed over its hours, the
+    node's own spot cost in hours without pods its unallocated share (as :func:`build` shares it)."""
+    from billing_audit.rollup import UNATTRIBUTED
+
+    span = SPAN_END.replace("g.cps", "CAST(? AS TIMESTAMP)").replace("g.cpe", "CAST(? AS TIMESTAMP)")
+    got = con.execute(f"""
+WITH hrs AS (SELECT unnest(generate_series(date_trunc('hour', CAST(? AS TIMESTAMP)), {span} - INTERVAL 1 HOUR,
+                                           INTERVAL 1 HOUR)) AS hs),
+w AS (SELECT * FROM ba_k8s_weights WHERE provider = ? AND currency = ? AND node = ?),
+o AS (SELECT * FROM ba_k8s_own WHERE provider = ? AND currency = ? AND node = ?),
+d AS (SELECT sum(coalesce(x.denom, o.amt, 0)) AS denom FROM hrs
+      LEFT JOIN (SELECT DISTINCT hs, denom FROM w) x USING (hs) LEFT JOIN o USING (hs)),
+p AS (SELECT w.ph, sum(w.w) AS w FROM w JOIN hrs USING (hs) WHERE w.ph IS NOT NULL GROUP BY w.ph)
+SELECT coalesce(a.job, '{UNATTRIBUTED}'), coalesce(a.team, '{UNATTRIBUTED}'), p.ph, p.w, d.denom
+FROM p CROSS JOIN d LEFT JOIN ba_attr a ON a.h = p.ph ORDER BY p.w DESC, p.ph""",
+        [start, start, end, start, *node, *node]).fetchall()  # SPAN_END: cps, cpe, cps
+    if not got:
+        return None
+    denom = Decimal(got[0][4] or 0)
+    tot = sum((Decimal(r[3]) for r in got), Decimal(0))
+    parts = [{"job": job, "team": team, "unallocated_node_share": False, "weight": w,
+              "share": Decimal(w) / denom if denom else None, "gets_rounding_remainder": i == 0 and tot >= denom}
+             for i, (job, team, _, w, _) in enumerate(got)]
+    if denom > tot:
+        own = con.execute(f"SELECT coalesce(job, '{UNATTRIBUTED}'), coalesce(team, '{UNATTRIBUTED}') FROM ba_attr "
+                          "WHERE h = ?", [h]).fetchone() or (UNATTRIBUTED, UNATTRIBUTED)
+        parts.append({"job": own[0], "team": own[1], "unallocated_node_share": True, "weight": denom - tot,
+                      "share": (denom - tot) / denom, "gets_rounding_remainder": True})
+        parts.sort(key=lambda p: -p["weight"])
+    rid = line.get("ResourceId")
+    period = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
+    return {"role": "shared_node_line", "node": rid, "hour": f"{start:%Y-%m-%d %H:00}", "parts": parts,
+            "reason": f"a line of Kubernetes node {rid} charged {period}: shared out to the pods that ran on it by "
+                      "the bill's split summed over the hours of its charge period (the node's own attribution keeps "
+                      "what no pod covers)"}

@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from billing_audit import kubernetes
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, period_filter, prepare
@@ -324,7 +325,7 @@ def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[s
     events = event_counts(con)
     for rows_ in parts.values():
         for r in rows_:
-            r["event_count"] = events.get(tuple(r[c] for c in ACCOUNT_KEY), 0)
+            r["event_count"] = events.get(tuple(r[c] for c in ACCOUNT_KEY), Decimal(0))
     for job in jobs:
         rows = parts.get((job["job"], job["team"], job["provider"], job["currency"]), [])
         field = {"events": "event_count", "fee_lines": "fee_count", "signals": "signal_count",
@@ -369,11 +370,13 @@ def _finance(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], int]:
+def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], Decimal]:
     """Interruptions observed in the interruption events (billing_audit.events) per job row and billing account of
     the prepared aggregates: events of one resource less than reconcile.CLUSTER_GAP apart are one interruption; one
     counts for a job row when its resource is the row's spot resource and its time falls in the resource's run
-    (from reconcile.MATCH_BEFORE before its first charge period to as long after its last)."""
+    (from reconcile.MATCH_BEFORE before its first charge period to as long after its last).  An interruption of a
+    Kubernetes node in an hour its pods shared it (billing_audit.kubernetes) is shared out like the node's lines:
+    each job row counts its part of it, the parts adding up to one."""
     from billing_audit.events import INTERRUPTING
     from billing_audit.reconcile import CLUSTER_GAP, MATCH_BEFORE
 
@@ -381,22 +384,37 @@ def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], int]:
                        ).fetchone()
     if not held or not held[0]:
         return {}
+    shared = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'ba_k8s_events'"
+                         ).fetchone()
+    k8s = bool(shared and shared[0])
+    on_node = ("EXISTS (SELECT 1 FROM ba_k8s_events s WHERE s.provider = it.provider AND lower(s.node) = it.rid "
+               "AND s.hs = date_trunc('hour', it.time))")
     gap, before = int(CLUSTER_GAP.total_seconds()), int(MATCH_BEFORE.total_seconds())
+    nodes = """
+UNION ALL
+SELECT s.job, s.team, s.provider, s.currency, s.account, sum(s.units) AS n, TRUE
+FROM it JOIN ba_k8s_events s ON s.provider = it.provider AND lower(s.node) = it.rid AND s.hs = date_trunc('hour', it.time)
+GROUP BY ALL""" if k8s else ""
     rows = con.execute(f"""
 WITH e AS (SELECT provider, lower(resource_id) AS rid, time,
                   lag(time) OVER (PARTITION BY provider, lower(resource_id) ORDER BY time) AS prev
            FROM interruption_events WHERE kind IN ({", ".join(lit(k) for k in INTERRUPTING)})),
 it AS (SELECT provider, rid, time FROM e WHERE prev IS NULL OR time - prev > INTERVAL {gap} SECOND)
-SELECT r.job, r.team, r.provider, r.currency, r.account, count(*) AS n
+SELECT r.job, r.team, r.provider, r.currency, r.account, CAST(count(*) AS HUGEINT) AS n, FALSE
 FROM ba_spot_res r JOIN it ON it.provider = r.provider AND it.rid = lower(r.ResourceId)
   AND it.time >= r.s - INTERVAL {before} SECOND AND it.time < r.e + INTERVAL {before} SECOND
-GROUP BY ALL""").fetchall()
-    return {tuple(r[:5]): int(r[5]) for r in rows}
+  AND NOT {on_node if k8s else "FALSE"}
+GROUP BY ALL{nodes}""").fetchall()
+    out: dict[tuple[Any, ...], Decimal] = {}
+    for r in rows:  # a node's shares are in 1e-12 units (billing_audit.kubernetes)
+        n = Decimal(int(r[5])) / Decimal(10 ** 12) if r[6] else Decimal(int(r[5]))
+        out[tuple(r[:5])] = out.get(tuple(r[:5]), Decimal(0)) + n
+    return out
 
 
-def _row_events(counts: dict[tuple[Any, ...], int], row: dict[str, Any]) -> int:
+def _row_events(counts: dict[tuple[Any, ...], Decimal], row: dict[str, Any]) -> Decimal:
     key = (row["job"], row["team"], row["provider"], row["currency"])
-    return sum(n for k, n in counts.items() if k[:4] == key)
+    return sum((n for k, n in counts.items() if k[:4] == key), Decimal(0))
 
 
 def _interruptions(row: dict[str, Any]) -> tuple[Decimal, str]:
@@ -521,11 +539,38 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
     rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run, fired=rules_fired)
+    if engine_run is not None:
+        warnings += engine_kubernetes_warnings(store, period)
+    warnings += kubernetes.pod_cost_warnings(store, period)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
     rep.fee_reconciliation = _reconciliation(store, period, rep.warnings, engine_run is not None)
     return rep
+
+
+def engine_kubernetes_warnings(store: Store, period: str | None) -> list[str]:
+    """An engine run beside lines with Kubernetes pod records (EKS split cost allocation data) in the store: the
+    engines attribute pod records by their labels but do not share a node's own lines out (billing_audit.kubernetes
+    is local), so the figures that sharing moves differ from a local report: said, with how many records."""
+    if not store._has_table("line_items"):
+        return []
+    from billing_audit.kubernetes import has_split_columns
+
+    if not has_split_columns(store.con):
+        return []
+    got = store.con.execute(f"SELECT coalesce(BillingCurrency, '?'), count(*) FROM line_items l WHERE "
+                            f"x_SplitParentId IS NOT NULL AND {period_filter(period, 'l.BillingPeriodStart')} "
+                            "GROUP BY ALL ORDER BY 1").fetchall()
+    held = ", ".join(f"{int(n)} in {c}" for c, n in got if n)
+    if not held:
+        return []
+    return [f"kubernetes: the lines hold pod records of shared nodes (split cost allocation data: {held}); the "
+            "engine does not share a node's lines out to its pods' jobs (only the local report does), so each "
+            "node's spot cost, restart fees, checkpoint re-reads, spot hours, on-demand equivalent and "
+            "interruptions stay with the node's own attribution (often the unattributed row), and the per-job "
+            "savings, overhead and estimates follow; the totals are unchanged. Run the report locally for "
+            "Kubernetes attribution"]
 
 
 def _reconciliation(store: Store, period: str | None, warnings: list[str], engine: bool) -> dict[str, Any] | None:

@@ -244,6 +244,9 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         "ba_fired": "rule_id, category, n AS lines",
     }
     kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_win": "win", "ba_fired": "rule"}
+    # an engine shares no Kubernetes node out: a local report's shares prepared earlier on `con` do not apply
+    for t in ("ba_k8s_events", "ba_k8s_weights", "ba_split_groups"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12)")
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS account VARCHAR")

@@ -185,3 +185,110 @@ def test_explain_command_lists_the_parts(store_path: Path) -> None:
     assert "    llm-a / research: share 0.750000 (weight 6.0000), pod part\n" in r.output
     assert ("    (unattributed) / (unattributed): share 0.250000 (weight 2.0000), unallocated node share (the line's "
             "own attribution); takes the rounding remainder\n") in r.output
+
+
+EVENTS_EKS = FIXTURES / "events" / "eks"
+
+
+def test_an_interruption_event_of_a_shared_node_is_shared_by_the_hours_pods(tmp_path: Path) -> None:
+    """fixtures/events/eks: one EventBridge warning for node A at 11:40, the hour llm-a (3.00) and rl-b (6.00)
+    shared it: llm-a counts 1/3 = 0.333333333333 of it, rl-b 2/3 (the 1e-12 remainder to the larger part), the
+    rows add up to the node's one interruption (not one each), and the estimates follow the share."""
+    path = tmp_path / "ev.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS, EVENTS_EKS]).errors
+        store.tag()
+    rep = _report(path)
+    jobs = {r["job"]: r for r in rep.jobs.iter_rows(named=True) if r["provider"] == "aws"}
+    a, b = jobs["llm-a"], jobs["rl-b"]
+    assert (a["interruptions"], a["interruptions_source"]) == (D("0.333333333333"), "events")
+    assert (b["interruptions"], b["interruptions_source"]) == (D("0.666666666667"), "events")
+    assert sum((r["interruptions"] for r in jobs.values()), D(0)) == D(1)
+    tot = {r["currency"]: r for r in rep.totals.iter_rows(named=True)}
+    assert tot["USD"]["interruptions"] == D(1)
+    # recompute: interruptions x (30 min checkpoint interval / 2) x the job's spot rate; restart idle: x 5 min
+    for r in (a, b):
+        rate = r["spot_hourly_cost"]
+        assert r["recompute_cost_estimate"] == (r["interruptions"] * D(15) / 60 * rate).quantize(D("1e-12"))
+        assert r["restart_idle_cost_estimate"] == (r["interruptions"] * D(5) / 60 * rate).quantize(D("1e-12"))
+    # the same 1/3 and 2/3 the fee line gives without events: the same estimates
+    fees = _jobs_of(tmp_path, [EKS])
+    assert fees["llm-a"]["recompute_cost_estimate"] == a["recompute_cost_estimate"]
+
+
+def _jobs_of(tmp_path: Path, inputs: list[Path]) -> dict[str, dict]:
+    path = tmp_path / "plain.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest(inputs).errors
+        store.tag()
+    return {r["job"]: r for r in _report(path).jobs.iter_rows(named=True) if r["provider"] == "aws"}
+
+
+def test_a_daily_fee_on_a_shared_node_is_shared_by_the_pods_over_its_hours(tmp_path: Path) -> None:
+    """A restart fee of 1.70 on node A charged for the day (2026-07-10 00:00 to 07-11 00:00): node A ran at 10:00
+    (llm-a 5, rl-b 3 of 8) and 11:00 (llm-a 3, rl-b 6 of 9), so over the day llm-a weighs 8 and rl-b 9 of 17:
+    llm-a 1.70 x 8/17 = 0.80, rl-b 0.90 (not the first hour's shares, which name no pod: 00:00).  Its count
+    (1 restart) by the parts (each pod-hour's record key): llm-a 5/17 = 0.294117647058 and 3/17 = 0.176470588235,
+    rl-b 3/17 = 0.176470588235 and 6/17 = 0.352941176470 + the 2e-12 remainder (the largest part); beside the
+    hourly fee's 1/3 and 2/3: 0.803921568626 and 1.196078431374, adding up to the two fees."""
+    path = tmp_path / "day.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+              x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
+              TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
+              1.70 AS ListCost)
+            FROM line_items WHERE ResourceId = ? AND EffectiveCost = 1""", [NODE_A])
+        store.tag()
+    rep = _report(path)
+    jobs = {r["job"]: r for r in rep.jobs.iter_rows(named=True) if r["provider"] == "aws"}
+    a, b, u = jobs["llm-a"], jobs["rl-b"], jobs["(unattributed)"]
+    assert a["restart_fees"] == D("1.133333333333")  # 0.333333333333 + 0.80
+    assert b["restart_fees"] == D("1.566666666667")  # 0.666666666667 + 0.90
+    assert u["restart_fees"] == 0
+    assert (a["interruptions"], b["interruptions"]) == (D("0.803921568626"), D("1.196078431374"))
+    tot = {r["currency"]: r for r in rep.totals.iter_rows(named=True)}
+    assert (tot["USD"]["restart_fees"], tot["USD"]["interruptions"]) == (D("2.700000000000"), D(2))
+    assert tot["USD"]["total_cost"] == D("33.000000000000")  # 31.30 + 1.70
+
+
+def test_no_pod_cost_warning_when_pod_records_carry_no_cost(store_path: Path) -> None:
+    assert not [w for w in _report(store_path).warnings if "pod record" in w]
+
+
+def test_pod_records_carrying_cost_are_named_per_currency(tmp_path: Path) -> None:
+    """Two of llm-a's 11:00 pod records (vCPU 2.70, memory 0.30 of weight) given billed and effective cost 2.70 and
+    0.30: the report says 2 records carry 3.00 USD of their own, counted beside node A's line."""
+    path = tmp_path / "podcost.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.con.execute("UPDATE line_items SET BilledCost = x_SplitCost, EffectiveCost = x_SplitCost "
+                          "WHERE x_SplitParentId = ? AND ChargePeriodStart = TIMESTAMP '2026-07-10 11:00:00' "
+                          "AND Tags['aws_eks_namespace'] = 'research'", [NODE_A])
+        store.tag()
+    warn = [w for w in _report(path).warnings if "pod record" in w]
+    assert warn == ["kubernetes: 2 pod record(s) of split cost allocation data carry cost of their own (USD: billed "
+                    "3.00, effective 3.00); their node's line already holds that cost, so it is counted in the totals "
+                    "twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"]
+
+
+def test_explain_a_daily_fee_lists_the_parts_over_its_hours(tmp_path: Path) -> None:
+    """The daily fee of 1.70 on node A: parts summed over node A's hours, llm-a 5 + 3, rl-b 3 + 6 of 17."""
+    path = tmp_path / "dayx.duckdb"
+    with billing_audit.open(path) as store:
+        assert not store.ingest([EKS]).errors
+        store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+              x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
+              TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
+              1.70 AS ListCost)
+            FROM line_items WHERE ResourceId = ? AND EffectiveCost = 1""", [NODE_A])
+        store.tag()
+        day = store.con.execute("SELECT x_LineItemId FROM line_items WHERE x_LineItemId LIKE '%-day'").fetchone()
+    assert day
+    k = app.explain(str(path), day[0]).kubernetes
+    assert k is not None and k["role"] == "shared_node_line"
+    assert "charged 2026-07-10 00:00 to 2026-07-11 00:00" in k["reason"]
+    got = sorted((p["job"], p["weight"], p["gets_rounding_remainder"]) for p in k["parts"])
+    assert got == [("llm-a", D(3), False), ("llm-a", D(5), False), ("rl-b", D(3), False), ("rl-b", D(6), True)]
+    assert sum(p["weight"] for p in k["parts"]) == D(17)  # no unallocated share: the pods cover node A's hours
+    assert round(k["parts"][0]["share"], 12) == D("0.352941176471")  # rl-b's 11:00 pod, 6/17, listed first

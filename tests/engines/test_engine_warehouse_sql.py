@@ -301,3 +301,28 @@ def test_athena_audit_query_gives_the_local_report(kind: str, aws_local: dict[st
         got = build_report(store, Config(), PERIOD, "effective", engine_run=run_id).to_dict()
     assert got["jobs"] == want["jobs"] and got["jobs"]
     assert got["totals"] == want["totals"]
+
+
+def test_an_engine_run_over_kubernetes_pod_records_says_nodes_are_not_shared(tmp_path: Path) -> None:
+    """The audit query (DuckDB's own dialect, the engines' SQL before transpiling) over the EKS split cost
+    allocation fixture: the engine attributes the 10 pod records by their labels but cannot share node A's and
+    B's lines out, so the report warns, naming the records; the local report does not."""
+    db = tmp_path / "eks.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([str(FIXTURES / "aws" / "cur2-eks")]).errors
+        store.tag()
+        local = build_report(store, Config(), "2026-07")  # first: its node shares are prepared on the connection
+        sql = pipeline.pipeline_sql(RULES, Config(), "2026-07", "effective")
+        rows = [tuple(r) for r in store.con.execute(sql, pipeline.bound_values(RULES, None)).fetchall()]
+        run = pipeline.EngineRun("duckdb", "line_items", "2026-07", "effective", sql,
+                                 pipeline.config_key(Config(), RULES, None))
+        run_id = pipeline.store_results(store.con, run, rows)
+        got = build_report(store, Config(), "2026-07", "effective", engine_run=run_id)
+    k8s = [w for w in got.warnings if w.startswith("kubernetes:")]
+    assert len(k8s) == 1 and "pod records of shared nodes (split cost allocation data: 10 in USD)" in k8s[0]
+    assert "does not share a node's lines out" in k8s[0] and "restart fees" in k8s[0]
+    assert not [w for w in local.warnings if w.startswith("kubernetes:")]
+    # the figures it names do differ: locally llm-a holds its pods' share of the nodes, on the engine none
+    spot = {r["job"]: r["spot_compute_cost"] for r in got.jobs.iter_rows(named=True)}
+    assert spot.get("llm-a", Decimal(0)) == 0
+    assert {r["job"]: r["spot_compute_cost"] for r in local.jobs.iter_rows(named=True)}["llm-a"] == Decimal("14")
