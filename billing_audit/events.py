@@ -341,15 +341,20 @@ def load_paths(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> EventLoad:
 
     load = EventLoad()
     for p in paths:
-        shown = display_name(p)
-        try:
-            events, n, title = read_file(p, shown)
-        except InputError as e:
-            load.errors.append(e)
-            load.files.append(EventFile(shown, "failed", message=e.reason))
-            continue
-        load.files.append(_insert(con, events, n, title, shown))
+        _load_file(con, load, p, display_name(p))
     return load
+
+
+def _load_file(con: duckdb.DuckDBPyConnection, load: EventLoad, path: Path, shown: str) -> bool:
+    """One event file into ``interruption_events`` (its own transaction), or its error into `load` (False)."""
+    try:
+        events, n, title = read_file(path, shown)
+    except InputError as e:
+        load.errors.append(e)
+        load.files.append(EventFile(shown, "failed", message=e.reason))
+        return False
+    load.files.append(_insert(con, events, n, title, shown))
+    return True
 
 
 PULLED = "events:"  # file_stats fingerprints of the event files a pull read (beside the exports' own)
@@ -369,13 +374,8 @@ def load_pulled(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, str]]) -
         if known:
             load.files.append(EventFile(shown, "unchanged"))
             continue
-        try:
-            events, n, title = read_file(path, shown)
-        except InputError as e:
-            load.errors.append(e)
-            load.files.append(EventFile(shown, "failed", message=e.reason))
+        if not _load_file(con, load, path, shown):
             continue
-        load.files.append(_insert(con, events, n, title, shown))
         with open(path, "rb") as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
         con.execute("INSERT OR REPLACE INTO file_stats (path, size, mtime_ns, fingerprint, ctime_ns) VALUES (?, ?, ?, ?, ?)",

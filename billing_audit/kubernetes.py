@@ -63,24 +63,40 @@ def has_split_columns(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0])
 
 
-def pod_cost_warnings(store: Any, period: str | None) -> list[str]:
-    """Pod records (split cost allocation data) that carry billed or effective cost of their own: the report adds
-    their cost as billed beside the node's line that their weights share out, so it would be counted twice.  AWS
-    documents the pod's cost in the split columns, not in ``line_item_unblended_cost`` (see README); a record
-    that has it anyway is named here, how many and how much per currency, never silently added."""
+def pod_record_warnings(store: Any, period: str | None, engine: bool) -> list[str]:
+    """What the report cannot vouch for about the period's pod records (split cost allocation data), from one
+    scan of them:
+
+    - pod records that carry billed or effective cost of their own: the report adds their cost as billed beside
+      the node's line that their weights share out, so it would be counted twice.  AWS documents the pod's cost
+      in the split columns, not in ``line_item_unblended_cost`` (see README); a record that has it anyway is
+      named here, how many and how much per currency, never silently added;
+    - on an engine run (``engine``): the engines attribute pod records by their labels but do not share a node's
+      own lines out (this module is local), so the figures that sharing moves differ from a local report: said,
+      with how many records."""
     con = store.con
     if not store._has_table("line_items") or not has_split_columns(con):
         return []
-    rows = con.execute(f"""SELECT coalesce(BillingCurrency, '?'), count(*), sum(coalesce(BilledCost, 0)),
-        sum(coalesce(EffectiveCost, 0)) FROM line_items l
-        WHERE x_SplitParentId IS NOT NULL AND x_SplitParentId <> coalesce(ResourceId, '')
-          AND (coalesce(BilledCost, 0) <> 0 OR coalesce(EffectiveCost, 0) <> 0)
-          AND {period_filter(period, 'l.BillingPeriodStart')}
+    own = "x_SplitParentId <> coalesce(ResourceId, '') AND (coalesce(BilledCost, 0) <> 0 OR coalesce(EffectiveCost, 0) <> 0)"
+    rows = con.execute(f"""SELECT coalesce(BillingCurrency, '?'), count(*), count(*) FILTER (WHERE {own}),
+        sum(coalesce(BilledCost, 0)) FILTER (WHERE {own}), sum(coalesce(EffectiveCost, 0)) FILTER (WHERE {own})
+        FROM line_items l
+        WHERE x_SplitParentId IS NOT NULL AND {period_filter(period, 'l.BillingPeriodStart')}
         GROUP BY ALL ORDER BY 1""").fetchall()
-    return [f"kubernetes: {n} pod record(s) of split cost allocation data carry cost of their own ({cur}: billed "
+    out = []
+    held = ", ".join(f"{int(n)} in {cur}" for cur, n, *_ in rows if n)
+    if engine and held:
+        out.append(f"kubernetes: the lines hold pod records of shared nodes (split cost allocation data: {held}); the "
+                   "engine does not share a node's lines out to its pods' jobs (only the local report does), so each "
+                   "node's spot cost, restart fees, checkpoint re-reads, spot hours, on-demand equivalent and "
+                   "interruptions stay with the node's own attribution (often the unattributed row), and the per-job "
+                   "savings, overhead and estimates follow; the totals are unchanged. Run the report locally for "
+                   "Kubernetes attribution")
+    out += [f"kubernetes: {n} pod record(s) of split cost allocation data carry cost of their own ({cur}: billed "
             f"{billed:.2f}, effective {eff:.2f}); their node's line already holds that cost, so it is counted in "
             "the totals twice: check the export (a pod record's line_item_unblended_cost is expected to be 0)"
-            for cur, n, billed, eff in rows]
+            for cur, _, n, billed, eff in rows if n]
+    return out
 
 
 def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool) -> str:

@@ -539,38 +539,12 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
     rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run, fired=rules_fired)
-    if engine_run is not None:
-        warnings += engine_kubernetes_warnings(store, period)
-    warnings += kubernetes.pod_cost_warnings(store, period)
+    warnings += kubernetes.pod_record_warnings(store, period, engine=engine_run is not None)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
     rep.fee_reconciliation = _reconciliation(store, period, rep.warnings, engine_run is not None)
     return rep
-
-
-def engine_kubernetes_warnings(store: Store, period: str | None) -> list[str]:
-    """An engine run beside lines with Kubernetes pod records (EKS split cost allocation data) in the store: the
-    engines attribute pod records by their labels but do not share a node's own lines out (billing_audit.kubernetes
-    is local), so the figures that sharing moves differ from a local report: said, with how many records."""
-    if not store._has_table("line_items"):
-        return []
-    from billing_audit.kubernetes import has_split_columns
-
-    if not has_split_columns(store.con):
-        return []
-    got = store.con.execute(f"SELECT coalesce(BillingCurrency, '?'), count(*) FROM line_items l WHERE "
-                            f"x_SplitParentId IS NOT NULL AND {period_filter(period, 'l.BillingPeriodStart')} "
-                            "GROUP BY ALL ORDER BY 1").fetchall()
-    held = ", ".join(f"{int(n)} in {c}" for c, n in got if n)
-    if not held:
-        return []
-    return [f"kubernetes: the lines hold pod records of shared nodes (split cost allocation data: {held}); the "
-            "engine does not share a node's lines out to its pods' jobs (only the local report does), so each "
-            "node's spot cost, restart fees, checkpoint re-reads, spot hours, on-demand equivalent and "
-            "interruptions stay with the node's own attribution (often the unattributed row), and the per-job "
-            "savings, overhead and estimates follow; the totals are unchanged. Run the report locally for "
-            "Kubernetes attribution"]
 
 
 def _reconciliation(store: Store, period: str | None, warnings: list[str], engine: bool) -> dict[str, Any] | None:

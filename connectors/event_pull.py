@@ -249,17 +249,13 @@ def fetch(p: EventPlan, progress: pulling.FetchProgress | None) -> EventFetched:
 
 
 # -- the puller --------------------------------------------------------------------------------------------------
-class EventOptions(Protocol):
+class EventOptions(pulling.PullOptions, Protocol):
+    """An event puller's options: every pull's (cache, dry run, quiet), and the dates to fetch."""
+
     @property
     def periods(self) -> tuple[str, ...]: ...
     @property
     def since(self) -> str | None: ...
-    @property
-    def cache(self) -> str: ...
-    @property
-    def dry_run(self) -> bool: ...
-    @property
-    def quiet(self) -> bool: ...
 
 
 class EventPuller:
