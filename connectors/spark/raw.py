@@ -161,15 +161,15 @@ def _refuse_slash(value: exp.Expression) -> exp.Expression:
 _JAVA_TIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
 
 
-def _java_format(fmt: str) -> str:
-    """A DuckDB strptime format of plain fields as Spark's datetime pattern; anything else does not translate."""
-    parts = re.split(r"(%.)", fmt)
+def _java_format(fmt: str, fields: dict[str, str] = _JAVA_TIME) -> str:
+    """A DuckDB strptime format of plain fields as Spark's datetime pattern, each field by `fields`; anything else
+    does not translate."""
     out = []
-    for p in parts:
+    for p in re.split(r"(%.)", fmt):
         if p.startswith("%"):
-            if p not in _JAVA_TIME:
+            if p not in fields:
                 raise NotPortable(f"strptime format {fmt!r}: {p} has no Spark pattern here")
-            out.append(_JAVA_TIME[p])
+            out.append(fields[p])
         elif p:
             if re.search(r"[A-Za-z']", p):
                 raise NotPortable(f"strptime format {fmt!r}: literal text does not translate")
@@ -234,17 +234,7 @@ _JAVA_SLASH = {"%m": "M", "%d": "d", "%y": "yy", "%Y": "yyyy", "%H": "H", "%I": 
 
 def _java_slash(fmt: str) -> str:
     """One of ba_try_ts's slash formats (``%m/%d/%y %I:%M %p``) as a Spark datetime pattern."""
-    out = []
-    for p in re.split(r"(%.)", fmt):
-        if p.startswith("%"):
-            if p not in _JAVA_SLASH:
-                raise NotPortable(f"strptime format {fmt!r}: {p} has no Spark pattern here")
-            out.append(_JAVA_SLASH[p])
-        elif p:
-            if re.search(r"[A-Za-z']", p):
-                raise NotPortable(f"strptime format {fmt!r}: literal text does not translate")
-            out.append(p)
-    return "".join(out)
+    return _java_format(fmt, _JAVA_SLASH)
 
 
 def _inline_flags(pattern: exp.Expression, flags: str) -> exp.Expression:
