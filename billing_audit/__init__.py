@@ -9,6 +9,9 @@ command as a method, returning polars frames or dataclasses, the same answers as
 >>> store.tag().hits                                             # doctest: +SKIP
 >>> store.report(period="2026-10").jobs                          # doctest: +SKIP
 >>> store.summary()                                              # doctest: +SKIP
+
+Importing the package imports nothing else: the names below are loaded when first used (PEP 562), so
+``billing-audit --help`` starts without DuckDB or polars.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from billing_audit.store import IngestReport, Store
-
 if TYPE_CHECKING:
     from billing_audit.api import Audit
+    from billing_audit.store import IngestReport, Store
 
 __all__ = ["Audit", "IngestReport", "Store", "open"]
 __version__ = "0.1.0"
+
+_LAZY = {"Audit": "billing_audit.api", "IngestReport": "billing_audit.store", "Store": "billing_audit.store"}
 
 
 def open(db: str | os.PathLike[str] | None = None, *, read_only: bool = False,  # noqa: A001
@@ -36,8 +40,14 @@ def open(db: str | os.PathLike[str] | None = None, *, read_only: bool = False,  
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Audit":
-        from billing_audit.api import Audit
+    if name in _LAZY:
+        import importlib
 
-        return Audit
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
     raise AttributeError(f"module 'billing_audit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -3,17 +3,74 @@
 One module per command group (``<group>_cmd.py``), each parsing its options, making one call into the
 application layer and printing what came back; the options they share, and the error handler, are in
 :mod:`billing_audit.cli.options`, what they print in :mod:`billing_audit.cli.console`.
+
+The commands load lazily (click's "Lazily Loading Subcommands"): :data:`LAZY_COMMANDS` names each one's
+module, imported when the command is asked for, and a command module imports the application layer (DuckDB,
+polars, rich) inside its functions, so `billing-audit --help` and `--version` import click alone.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 import billing_audit
 from billing_audit.cli.options import common_options, global_options
 
+#: command name -> "module:attribute" of its click command (each module's ``COMMANDS`` are all here:
+#: tests/cli/test_startup.py).
+LAZY_COMMANDS: dict[str, str] = {
+    "audit": "billing_audit.cli.report_cmd:audit",
+    "explain": "billing_audit.cli.explain_cmd:explain",
+    "export": "billing_audit.cli.report_cmd:export",
+    "generate": "billing_audit.cli.generate_cmd:generate",
+    "ingest": "billing_audit.cli.ingest_cmd:ingest",
+    "lines-export": "billing_audit.cli.lines_export_cmd:lines_export",
+    "prices": "billing_audit.cli.prices_cmd:prices",
+    "pull": "billing_audit.cli.pull_cmd:pull",
+    "report": "billing_audit.cli.report_cmd:report",
+    "rules": "billing_audit.cli.rules_cmd:rules",
+    "search": "billing_audit.cli.search_cmd:search",
+    "summary": "billing_audit.cli.summary_cmd:summary",
+    "tag": "billing_audit.cli.tag_cmd:tag",
+    "validate": "billing_audit.cli.validate_cmd:validate",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when asked for, from ``lazy_commands`` (name -> "module:attr");
+    each gets the shared -q/--quiet and --debug (:func:`common_options`) when loaded."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            self.add_command(self._load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and not self.get_command(ctx, click.utils.make_str(args[0])):
+            for name in self.lazy_commands:  # an unknown name: "did you mean" picks among every command
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+    def _load(self, cmd_name: str) -> click.Command:
+        module, _, attr = self.lazy_commands[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        if not isinstance(command, click.Command) or command.name != cmd_name:
+            raise RuntimeError(f"{self.lazy_commands[cmd_name]} is not the click command {cmd_name!r}")
+        return common_options(command)
+
+
+@click.group(cls=LazyGroup, lazy_commands=LAZY_COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @global_options
 @click.version_option(billing_audit.__version__, prog_name="billing-audit")
 def main() -> None:
@@ -33,28 +90,4 @@ def main() -> None:
     """
 
 
-def _register() -> None:
-    from billing_audit.cli import (
-        explain_cmd,
-        generate_cmd,
-        ingest_cmd,
-        lines_export_cmd,
-        prices_cmd,
-        pull_cmd,
-        report_cmd,
-        rules_cmd,
-        search_cmd,
-        summary_cmd,
-        tag_cmd,
-        validate_cmd,
-    )
-
-    for module in (ingest_cmd, summary_cmd, tag_cmd, rules_cmd, explain_cmd, report_cmd, lines_export_cmd, search_cmd,
-                   pull_cmd, prices_cmd, generate_cmd, validate_cmd):
-        for command in module.COMMANDS:
-            main.add_command(common_options(command))
-
-
-_register()
-
-__all__ = ["main"]
+__all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]

@@ -13,19 +13,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
-from rich.console import Console
-from rich.table import Table
-
-from billing_audit import inert
-from billing_audit.inert import clean, json_inert, text
-from billing_audit.store import IngestReport
 
 if TYPE_CHECKING:
+    import polars as pl
+    from rich.console import Console
     from rich.progress import Progress
+    from rich.table import Table
 
     from billing_audit.app import EngineRun
     from billing_audit.report import Report
+    from billing_audit.store import IngestReport
 
 
 
@@ -35,30 +32,55 @@ def plain() -> bool:
     return bool(os.environ.get("NO_COLOR"))
 
 
-class _Out(Console):
-    def on_broken_pipe(self) -> None:
-        """`billing-audit report | head`: the reader has all it wants; exit 0 quietly (rich exits 1)."""
-        self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        raise SystemExit(0)
+_consoles: dict[str, Console] = {}
 
 
-_styles = {"color_system": None} if plain() else {}
-out = _Out(highlight=False, soft_wrap=True, emoji=False, markup=False,
-              width=None if sys.stdout.isatty() else 220, **_styles)  # type: ignore[arg-type]
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False, **_styles)  # type: ignore[arg-type]
+def _console(name: str) -> Console:
+    """The stdout (``out``) or stderr (``err``) console, made on first use: rich is imported by the commands
+    that print, not by `billing-audit --help`."""
+    if not _consoles:
+        from rich.console import Console
+
+        class _Out(Console):
+            def on_broken_pipe(self) -> None:
+                """`billing-audit report | head`: the reader has all it wants; exit 0 quietly (rich exits 1)."""
+                self.quiet = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+                raise SystemExit(0)
+
+        styles = {"color_system": None} if plain() else {}
+        _consoles["out"] = _Out(highlight=False, soft_wrap=True, emoji=False, markup=False,
+                                width=None if sys.stdout.isatty() else 220, **styles)  # type: ignore[arg-type]
+        _consoles["err"] = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False,
+                                   **styles)  # type: ignore[arg-type]
+    return _consoles[name]
+
+
+def __getattr__(name: str) -> Any:
+    """``console.out`` and ``console.err``: the two consoles (made on first use)."""
+    if name in ("out", "err"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _clean(value: str) -> str:
+    from billing_audit.inert import clean
+
+    return clean(value)
 
 
 def live() -> bool:
     """Progress bars may be drawn: stderr is a terminal and NO_COLOR is not set."""
-    return err.is_terminal and not plain()
+    return _console("err").is_terminal and not plain()
 
 
 def say(line: str) -> None:
     """One plain line on stderr: cleaned, never markup."""
-    err.print(text(line))
+    from billing_audit.inert import text
+
+    _console("err").print(text(line))
 
 
 def note(line: str) -> None:
@@ -71,11 +93,17 @@ def note(line: str) -> None:
 
 def echo(line: str = "", nl: bool = True) -> None:
     """Plain text on stdout (what a command prints outside tables): cleaned, never markup."""
+    from billing_audit.inert import clean
+
     click.echo(clean(line), nl=nl)
 
 
 def frame_table(df: pl.DataFrame, title: str) -> Table:
     """A frame as a rich table whose cells are text, never markup."""
+    from rich.table import Table
+
+    from billing_audit.inert import text
+
     table = Table(title=text(title), show_lines=False)
     for c in df.columns:
         table.add_column(text(c), justify="right" if df[c].dtype.is_numeric() else "left")
@@ -86,13 +114,15 @@ def frame_table(df: pl.DataFrame, title: str) -> Table:
 
 def print_frame(df: pl.DataFrame, title: str, fmt: str) -> None:
     """A frame as CSV (the one CSV writer; amounts exact), JSON (control characters escaped) or a rich table."""
+    from billing_audit import inert
+
     if fmt == "csv":
         click.echo(inert.csv_text(df, places=None), nl=False)
         return
     if fmt == "json":
-        click.echo(json_inert(df.write_json()))
+        click.echo(inert.json_inert(df.write_json()))
         return
-    out.print(frame_table(df, title))
+    _console("out").print(frame_table(df, title))
 
 
 def print_ingest(report: IngestReport, quiet: bool) -> None:
@@ -137,7 +167,7 @@ def print_run(run: EngineRun) -> None:
 def table_width() -> int:
     """The width the report table must fit: COLUMNS when set (a pipe too), else the terminal's, else 220."""
     cols = os.environ.get("COLUMNS", "")
-    return int(cols) if cols.isdigit() and int(cols) > 0 else out.width
+    return int(cols) if cols.isdigit() and int(cols) > 0 else _console("out").width
 
 
 def print_report(report: Report | Sequence[Report], by: str = "job", top: int | None = 15,
@@ -153,7 +183,7 @@ def print_report(report: Report | Sequence[Report], by: str = "job", top: int | 
                 say(f"warning: {w}")
     width = table_width()
     for part in render(reports, by, top, width):
-        out.print(part, width=width)
+        _console("out").print(part, width=width)
     for rep in reports:
         print_reconciliation(rep.fee_reconciliation)
 
@@ -180,14 +210,16 @@ def print_reconciliation(rec: dict[str, Any] | None, full: bool = False) -> None
         return
     cols = ["line_id", "provider", "resource_id", "charge_period_start", "restarts_billed", "interruptions_observed",
             "disputable_amount", "currency"]
+    import polars as pl
+
     if rec["fees_without_events"]:
         df = pl.DataFrame([{c: str(f[c]) for c in cols} for f in rec["fees_without_events"]])
-        out.print(frame_table(df, "fees without a matching interruption (to dispute)"))
+        _console("out").print(frame_table(df, "fees without a matching interruption (to dispute)"))
     if rec["interruptions_without_fee"]:
         df = pl.DataFrame([{"provider": i["provider"], "resource_id": i["resource_id"], "time": i["time"],
                             "kinds": ",".join(i["kinds"]), "resource_in_bills": str(i["resource_in_bills"]).lower()}
                            for i in rec["interruptions_without_fee"]])
-        out.print(frame_table(df, "interruptions without a fee"))
+        _console("out").print(frame_table(df, "interruptions without a fee"))
 
 
 class Bars:
@@ -240,7 +272,7 @@ class Bars:
         else:
             columns = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
                        TextColumn("{task.completed:,.0f}{task.fields[of]} rows", markup=False), TimeElapsedColumn()]
-        self._bar = Progress(*columns, console=err, transient=True)
+        self._bar = Progress(*columns, console=_console("err"), transient=True)
         self._bar.start()
         self._kind = kind
         return self._bar
@@ -253,12 +285,12 @@ class Bars:
             self._task = bar.add_task("ingest", total=None, rows=0, file="")
         assert self._bar is not None
         self._rows += rows
-        self._bar.update(self._task, advance=1, rows=self._rows, file=clean(file)[-60:])
+        self._bar.update(self._task, advance=1, rows=self._rows, file=_clean(file)[-60:])
 
     # a pull's fetch progress (billing_audit.pulling.FetchProgress)
     def start(self, label: str, total: int | None, unit: str = "bytes") -> None:
         bar = self._open("bytes" if unit == "bytes" else "rows")
-        self._task = bar.add_task(clean(label), total=total or None, detail="", of=f"/{total:,}" if total else "")
+        self._task = bar.add_task(_clean(label), total=total or None, detail="", of=f"/{total:,}" if total else "")
 
     def advance(self, n: int) -> None:
         if self._bar is not None and self._task is not None:
@@ -266,4 +298,4 @@ class Bars:
 
     def detail(self, text: str) -> None:
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, detail=clean(text)[-60:])
+            self._bar.update(self._task, detail=_clean(text)[-60:])

@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from billing_audit import app, jsonout
 from billing_audit.cli.console import echo
 from billing_audit.cli.options import config_option, db_option, format_option, handle_errors
 
@@ -39,6 +38,9 @@ def explain(line_item_id: str, db: str, config_path: str | None, fmt: str) -> No
     category and window (null unless a checkpoint re-read or egress line), and for a Kubernetes node's line,
     a pod's record or a GKE cost allocation row, kubernetes (role, node, parts: job, team, weight, share).
     """
+
+    from billing_audit import app, jsonout
+
     found = app.explain(db, line_item_id, config_path)
     if fmt == "json":
         click.echo(jsonout.dumps(found.to_dict()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from billing_audit import app
 from billing_audit.cli.console import echo, note
 from billing_audit.cli.options import ConnectorChoice, handle_errors
 
@@ -34,6 +33,9 @@ def generate(provider: str, rows: int, out_dir: str, seed: int, rows_per_file: i
       billing-audit generate --provider azure --rows 50000 --out /tmp/ea --seed 7
       billing-audit generate --provider gcp --rows 10000 --out /tmp/gcp && billing-audit audit /tmp/gcp
     """
+
+    from billing_audit import app
+
     done = app.generate(provider, rows, out_dir, seed=seed, rows_per_file=rows_per_file)
     note(f"wrote {rows:,} {provider} line items in {len(done.files)} file(s), {done.size / 2**20:,.1f} MiB, "
                f"under {out_dir} in {done.seconds:.1f} s")

@@ -6,18 +6,21 @@ import sys
 
 import click
 
-from billing_audit import app
 from billing_audit.cli.console import Bars, live, print_ingest, say
-from billing_audit.cli.options import config_option, db_option, handle_errors, quiet_option, wait_option
-from billing_audit.events import describe_sources
-from billing_audit.formats import describe_formats
+from billing_audit.cli.options import (
+    LazyHelpCommand,
+    config_option,
+    db_option,
+    handle_errors,
+    quiet_option,
+    wait_option,
+)
 
-HELP = f"""Load billing export files or folders into the store.
-
-Each file's format is recognised from its own header or schema:
+HEAD = "Load billing export files or folders into the store."
+BODY = """Each file's format is recognised from its own header or schema:
 
 \b
-{describe_formats()}
+{formats}
 
 \b
 Folders are searched recursively.  Manifests (AWS *-Manifest.json, Azure
@@ -39,7 +42,7 @@ content too and stored once per provider, resource, time and kind (README
 "Interruption events and fee reconciliation"):
 
 \b
-{describe_sources()}
+{sources}
 
 \b
 Examples:
@@ -50,13 +53,21 @@ Examples:
 """
 
 
+def _body() -> str:
+    """The help after its first line: the formats and event sources the connectors read (imported now)."""
+    from billing_audit.events import describe_sources
+    from billing_audit.formats import describe_formats
+
+    return BODY.format(formats=describe_formats(), sources=describe_sources())
+
+
 follow_outside_option = click.option(
     "--follow-outside", is_flag=True, default=False,
     help="Also read what lies outside the named PATHS: symlinks pointing elsewhere and manifest keys "
          "resolving elsewhere are read.  Off by default: those are skipped, each with an error (exit 2).")
 
 
-@click.command(help=HELP)
+@click.command(cls=LazyHelpCommand, head=HEAD, body=_body)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @config_option()
@@ -66,6 +77,8 @@ follow_outside_option = click.option(
 @handle_errors
 def ingest(paths: tuple[str, ...], db: str, config_path: str | None, quiet: bool, wait: float,
            follow_outside: bool) -> None:
+    from billing_audit import app
+
     with Bars() as bars:
         report = app.ingest(db, paths, progress=bars.ingest if not quiet and live() else None,
                             config_path=config_path, wait=wait, on_wait=say, follow_outside=follow_outside)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from billing_audit import app
 from billing_audit.cli.console import note
 from billing_audit.cli.options import db_option, handle_errors, period_option
 
@@ -27,6 +26,9 @@ def lines_export(folder: str, db: str, period: str | None) -> None:
       billing-audit tag --engine spark --spark-lines lines/
       billing-audit lines-export lines/ --db audit.duckdb
     """
+
+    from billing_audit import app
+
     n = app.lines_export(db, folder, period)
     note(f"wrote {n:,} line items to {folder}")
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import duckdb
 
 from billing_audit.cli.console import say
 from billing_audit.errors import BillingAuditError
-from billing_audit.store import DEFAULT_DB
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -21,6 +19,10 @@ if TYPE_CHECKING:
     from billing_audit.engines import EngineOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# billing_audit.store.DEFAULT_DB, written out so that the options do not import the store (and DuckDB) to show
+# their help; tests/cli/test_startup.py holds the two equal.
+DEFAULT_DB = "billing-audit.duckdb"
 
 
 def handle_errors(f: F) -> F:
@@ -40,8 +42,11 @@ def handle_errors(f: F) -> F:
                 raise
             say(f"error: {e}")
             sys.exit(e.exit_code)
-        except (OSError, duckdb.Error) as e:  # disk full, permissions, a vanished file
-            io_like = isinstance(e, (OSError, duckdb.IOException)) or any(
+        except Exception as e:  # disk full, permissions, a vanished file (DuckDB is imported if it raised)
+            duckdb = sys.modules.get("duckdb")
+            if not isinstance(e, OSError) and not (duckdb is not None and isinstance(e, duckdb.Error)):
+                raise
+            io_like = isinstance(e, OSError) or (duckdb is not None and isinstance(e, duckdb.IOException)) or any(
                 w in str(e) for w in ("Could not write", "No space left", "File too large", "IO Error"))
             if debug_on() or not io_like:
                 raise
@@ -175,10 +180,10 @@ def db_option(f: F) -> F:
 
 def bom_option(f: F) -> F:
     """--bom: the CSV the command writes starts with a UTF-8 byte order mark (for spreadsheets that need one)."""
-    from billing_audit import inert
-
     @functools.wraps(f)
     def wrapper(*args: Any, bom: bool = False, **kwargs: Any) -> Any:
+        from billing_audit import inert
+
         with inert.csv_bom(bom):
             return f(*args, **kwargs)
 
@@ -232,11 +237,55 @@ ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "spark_source", "spar
                   "aws_profile", "aws_region", "aws_endpoint")
 
 
-def engine_names() -> list[str]:
-    """The engines' names from their entry points (no engine module is imported)."""
-    from billing_audit.engines import names
+class LazyHelpCommand(click.Command):
+    """A command whose help names what the connectors read, written when shown rather than when the command
+    is defined: ``head`` (its first paragraph, all that `billing-audit --help` lists) is fixed text, ``body()``
+    the rest.  ``click.command(cls=LazyHelpCommand, head=..., body=...)``."""
 
-    return ["duckdb", *(n for n in names() if n != "duckdb")]
+    def __init__(self, *args: Any, head: str, body: Callable[[], str], **kwargs: Any) -> None:
+        self._head, self._body, self._text = head, body, ""
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str:
+        if not self._text:
+            self._text = f"{self._head}\n\n{self._body()}"
+        return self._text
+
+    @help.setter
+    def help(self, value: str | None) -> None:  # click sets it in __init__; the text comes from head and body
+        pass
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return click.Command(self.name, help=self._head).get_short_help_str(limit)
+
+
+class LazyChoice(click.Choice):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A click.Choice whose choices are looked up when first needed (the value is checked or help is shown),
+    not when the command is defined: listing the commands imports nothing they name."""
+
+    def __init__(self, choices: Callable[[], Sequence[str]], case_sensitive: bool = True) -> None:
+        self._load = choices
+        self._choices: tuple[str, ...] | None = None
+        super().__init__((), case_sensitive)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:  # click.Choice.__init__ sets them; they come from the loader
+        pass
+
+
+def engine_names() -> list[str]:
+    """The engines' names: the built-in DuckDB one, then the entry points of billing_audit.engines (read here, as
+    :func:`billing_audit.engines.names` reads them, without importing the engines package and its store)."""
+    from importlib.metadata import entry_points
+
+    return ["duckdb", *sorted({ep.name for ep in entry_points(group="billing_audit.engines")} - {"duckdb"})]
 
 
 def engine_options(f: Any) -> Any:
@@ -245,7 +294,7 @@ def engine_options(f: Any) -> Any:
     (``engines.option_specs()``, which imports every engine); they are written out here so that a command
     starts without importing any engine, and tests/test_engine_interface.py holds the two equal."""
     opts = [
-        click.option("--engine", type=click.Choice(engine_names()), default="duckdb",
+        click.option("--engine", type=LazyChoice(engine_names), default="duckdb",
                      show_default=True, help="Where the heavy work runs; only aggregates come back into the store."),
         click.option("--spark-master", default="local[*]", show_default=True, help="Spark: the master URL."),
         click.option("--spark-lines", metavar="PATH|TABLE",

@@ -11,11 +11,11 @@ import sys
 from typing import Any
 
 import click
-import polars as pl
 
-from billing_audit import app, registry
+from billing_audit import registry
 from billing_audit.cli.console import echo, note, print_frame, say
 from billing_audit.cli.options import (
+    LazyHelpCommand,
     common_options,
     db_option,
     format_option,
@@ -59,12 +59,11 @@ def prices() -> None:
     """
 
 
-@prices.command("ingest", help=f"""Load price-reference files (or folders of them) into the store.
-
-Files are recognised from their content:
+INGEST_HEAD = "Load price-reference files (or folders of them) into the store."
+INGEST_BODY = """Files are recognised from their content:
 
 \b
-{_formats()}
+{formats}
 
 \b
 One transaction per file.  Re-ingesting a file changes nothing; a newer
@@ -77,12 +76,17 @@ the spot lines are priced again at once.
 Examples:
   billing-audit prices ingest ec2-index.csv
   billing-audit prices ingest saved-pages/ --db audit.duckdb
-""")
+"""
+
+
+@prices.command("ingest", cls=LazyHelpCommand, head=INGEST_HEAD, body=lambda: INGEST_BODY.format(formats=_formats()))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @db_option
 @wait_option
 @handle_errors
 def ingest(paths: tuple[str, ...], db: str, wait: float) -> None:
+    from billing_audit import app
+
     load = app.prices_ingest(db, paths, wait=wait, on_wait=say)
     _print_load(load)
     if load.errors:
@@ -95,6 +99,8 @@ def _pullers() -> tuple[str, ...]:
 
 
 def _build_pull(name: str) -> click.Command:
+    from billing_audit import app
+
     puller = registry.part(name, "prices_pull").PULLER
 
     @click.command(name, help=puller.help)
@@ -103,6 +109,7 @@ def _build_pull(name: str) -> click.Command:
     @wait_option
     @handle_errors
     def command(db: str, wait: float, **values: Any) -> None:
+
         options = puller.Options(**values)
         quiet = bool(getattr(options, "quiet", False)) or quiet_on()  # -q before or after the name
         result = app.prices_pull(db, name, options, puller=puller, progress=None if quiet else say, wait=wait,
@@ -160,6 +167,11 @@ def list_(db: str, fmt: str) -> None:
       billing-audit prices list
       billing-audit prices list --format json
     """
+
+    import polars as pl
+
+    from billing_audit import app
+
     listing = app.prices_list(db)
     refs = pl.DataFrame(listing.references) if listing.references else pl.DataFrame(
         schema={"provider": pl.String, "kind": pl.String, "refs": pl.Int64})

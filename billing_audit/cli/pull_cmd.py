@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from billing_audit import app, pulling
 from billing_audit.cli.console import Bars, echo, live, print_ingest
 from billing_audit.cli.options import common_options, db_option, handle_errors, model_options, quiet_on, wait_option
 from billing_audit.errors import BillingAuditError
@@ -34,6 +33,9 @@ Examples:
 @functools.cache
 def group_help() -> str:
     """The group's help, from every puller's title and first example."""
+
+    from billing_audit import pulling
+
     pullers = [pulling.puller(n) for n in pulling.names()]
     exports = [p for p in pullers if not p.name.endswith(pulling.EVENTS)] or pullers
     events = [p for p in pullers if p.name.endswith(pulling.EVENTS)]
@@ -46,8 +48,26 @@ def group_help() -> str:
     return GROUP_HELP.format(titles=joined, events=said, examples="\n".join(f"  {p.example}" for p in exports + events))
 
 
+def short_help(limit: int) -> str:
+    """The group's line in `billing-audit --help`: its first sentence, with the export pullers' titles read from
+    their connector packages (``TITLE``) rather than from the pullers, so that listing the commands imports none."""
+    from billing_audit import registry
+
+    names = registry.with_part("pull")
+    titles = [str(t) for n in names if (t := getattr(registry.connector(n), "TITLE", None))]
+    if not names or len(titles) < len(names):  # a connector without TITLE: its puller says
+        head = group_help()
+    else:
+        joined = ", ".join(titles[:-1]) + " or " + titles[-1] if len(titles) > 1 else "".join(titles)
+        head = GROUP_HELP.format(titles=joined, events="", examples="")
+    return click.Command(None, help=head.partition("\n\n")[0]).get_short_help_str(limit)
+
+
 def build(name: str) -> click.Command:
     """`pull <name>`: the puller's help, its Options fields as flags (the shared --db where it says), one app call."""
+
+    from billing_audit import app, pulling
+
     puller = pulling.puller(name)
 
     @click.command(name, help=puller.help)
@@ -90,9 +110,13 @@ class PullGroup(click.Group):
     builds_commands = True  # common_options: each subcommand gets -q and --debug when built
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        from billing_audit import pulling
+
         return list(pulling.names())
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        from billing_audit import pulling
+
         return build(name) if name in pulling.names() else None
 
     @property
@@ -102,6 +126,9 @@ class PullGroup(click.Group):
     @help.setter
     def help(self, value: str | None) -> None:  # click sets it in __init__; the text comes from the pullers
         pass
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return short_help(limit)
 
 
 @click.group(cls=PullGroup)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from billing_audit import app
 from billing_audit.cli.console import Bars, live, note, print_ingest, print_report, print_run, say
 from billing_audit.cli.ingest_cmd import follow_outside_option
 from billing_audit.cli.options import (
+    LazyChoice,
     basis_option,
     bom_option,
     config_option,
@@ -23,10 +23,18 @@ from billing_audit.cli.options import (
     quiet_option,
     wait_option,
 )
-from billing_audit.store import IngestReport
+
+if TYPE_CHECKING:
+    from billing_audit.store import IngestReport
+
+def _fail_on_choices() -> tuple[str, ...]:
+    from billing_audit import app
+
+    return app.FAIL_ON
+
 
 fail_on_option = click.option(
-    "--fail-on", "fail_on", multiple=True, type=click.Choice(list(app.FAIL_ON)),
+    "--fail-on", "fail_on", multiple=True, type=LazyChoice(_fail_on_choices),
     help="Exit 1 when a job row is over_budget (a budget broken) or gets switch_to_on_demand, listing the rows "
          "on stderr (repeatable).")
 
@@ -55,6 +63,9 @@ def _per_period(db: str, config_path: str | None, period: str | None, basis: str
     """The reports the table shows: one per period the store holds (a period column) when no --period was
     given and the store holds several, else the report itself.  Each is `report --period P`, so the table's
     rows are the JSON's of that period."""
+
+    from billing_audit import app
+
     if period is not None or engine_run is not None:
         return [rep]
     from billing_audit.report import store_periods
@@ -76,6 +87,8 @@ def _print_table(db: str, config_path: str | None, period: str | None, basis: st
 
 
 def _fail(rep: Any, fail_on: tuple[str, ...]) -> None:
+    from billing_audit import app
+
     rows = app.failing_rows(rep, fail_on)
     for line in rows:
         say(line)
@@ -121,6 +134,9 @@ def report(db: str, config_path: str | None, period: str | None, fmt: str, out_f
       billing-audit report --engine spark --spark-master spark://head:7077
       billing-audit report --period 2026-10 --fail-on over_budget   # exit 1 listing rows over a budget
     """
+
+    from billing_audit import app
+
     engine, options = engine_settings(engine_opts)
     result = app.report(db, config_path, period, cost_basis, engine, options, wait=wait, on_wait=say,
                         rules_fired=fmt == "html")  # only the HTML shows them (they read every hit in the store)
@@ -171,6 +187,9 @@ def export(db: str, config_path: str | None, period: str | None, by: str, fmt: s
       billing-audit export --by job --format parquet --out jobs.parquet
       billing-audit export --format json --out - | jq length
     """
+
+    from billing_audit import app
+
     if out_file == "-":
         df = app.export(db, None, by, fmt, config_path, period, cost_basis)
         click.echo(app.export_text(df, fmt), nl=False)
@@ -216,6 +235,9 @@ def audit(paths: tuple[str, ...], db: str, config_path: str | None, period: str 
       billing-audit audit lake/exports/ --engine spark --source raw --dry-run
       billing-audit audit exports/2026-10/ --wait 120    # wait for readers to close the store
     """
+
+    from billing_audit import app
+
     engine, options = engine_settings(engine_opts)
     if dry_run:
         click.echo(app.audit_dry_run(paths, engine, options))

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from billing_audit import app, jsonout
 from billing_audit.cli.console import echo, print_frame, say
 from billing_audit.cli.options import bom_option, format_option, handle_errors, rules_option
 
@@ -39,6 +38,9 @@ def rules_list(rule_dirs: tuple[str, ...], fmt: str) -> None:
       billing-audit rules list --rules team-rules/ --format csv
       billing-audit rules list --format json | jq '.rules[].id'
     """
+
+    from billing_audit import app, jsonout
+
     df = app.rules_frame(rule_dirs)
     if fmt == "json":
         click.echo(jsonout.dumps(jsonout.envelope("rules", {"rules": list(rule_dirs)}, rules=jsonout.records(df))))
@@ -59,6 +61,9 @@ def rules_show(rule_id: str, rule_dirs: tuple[str, ...], fmt: str) -> None:
       billing-audit rules show restart_fee.interrupted_spot
       billing-audit rules show BA010 --format json
     """
+
+    from billing_audit import app, jsonout
+
     r = app.rule(rule_id, rule_dirs)
     if fmt == "json":
         click.echo(jsonout.dumps(jsonout.envelope("rule", {"rule_id": rule_id, "rules": list(rule_dirs)},
@@ -89,6 +94,9 @@ def rules_test(rule_dirs: tuple[str, ...]) -> None:
       billing-audit rules test --rules team-rules/
       billing-audit rules test --rules team-rules/SR100_spot_restart.sql
     """
+
+    from billing_audit import app
+
     failures, lines = app.check_rules(rule_dirs)
     for line in lines:
         echo(line)

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from billing_audit import app, inert, jsonout
 from billing_audit.cli.console import note, print_frame, say
 from billing_audit.cli.options import (
     ConnectorChoice,
@@ -76,6 +75,9 @@ def search(query: str | None, db: str, period: str | None, since: str | None, pr
     events in the store do not account for, with line id, resource, charge period, billed and disputable amounts
     (README "Fee reconciliation"); exit 1 with --fail-above when a currency's disputable total is above it.
     """
+
+    from billing_audit import app, inert, jsonout
+
     if fees_check:
         _fees_without_events(query, db, period, since, provider, fmt, fail_above, bool(save_rule or show_lines or exact))
         return
@@ -114,6 +116,8 @@ def search(query: str | None, db: str, period: str | None, since: str | None, pr
 
 def _fees_without_events(query: str | None, db: str, period: str | None, since: str | None, provider: str | None,
                          fmt: str, fail_above: str | None, other: bool) -> None:
+    from billing_audit import app, inert, jsonout
+
     if query is not None or since or other:
         raise click.UsageError("--fees-without-events takes no QUERY, --since, --lines, --exact or --save-rule "
                                "(it lists fee lines, not words; --period and --provider narrow it)")

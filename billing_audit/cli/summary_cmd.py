@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from billing_audit import app, jsonout
 from billing_audit.cli.console import echo, print_frame
 from billing_audit.cli.options import (
     ConnectorChoice,
@@ -40,6 +39,9 @@ def summary(db: str, period: str | None, provider: str | None, fmt: str, by_expo
       billing-audit summary --db typo.duckdb             # exit 2: no store at typo.duckdb
       billing-audit summary --exports --format json      # which delivery owns each period
     """
+
+    from billing_audit import app, jsonout
+
     if by_export:
         held = app.owners(db, period, provider)
         if fmt == "json":

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
-from billing_audit import app
-from billing_audit.cli.console import out, print_run, say
+from billing_audit.cli.console import print_run, say
 from billing_audit.cli.options import (
     config_option,
     db_option,
@@ -21,7 +19,9 @@ from billing_audit.cli.options import (
     rules_option,
     wait_option,
 )
-from billing_audit.inert import text
+
+if TYPE_CHECKING:
+    from billing_audit import app
 
 
 @click.command()
@@ -56,6 +56,9 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
       billing-audit tag --engine spark --spark-lines s3a://billing/lines/
       BILLING_AUDIT_LOCK_TIMEOUT=60 billing-audit tag   # wait up to 60 s for readers
     """
+
+    from billing_audit import app
+
     engine, options = engine_settings(engine_opts)
     result = app.tag(db, rule_dirs, select, exclude, params, config_path, period, engine, options,
                      wait=wait, on_wait=say, force=force)
@@ -75,6 +78,11 @@ def tag(db: str, rule_dirs: tuple[str, ...], select: tuple[str, ...], exclude: t
 
 
 def _print_table(result: app.TagResult, engine: str) -> None:
+    from rich.table import Table
+
+    from billing_audit.cli.console import out
+    from billing_audit.inert import text
+
     table = Table(title=text(f"{'tag' if engine == 'duckdb' else engine} run {result.run_id}"))
     table.add_column("rule")
     table.add_column("category")

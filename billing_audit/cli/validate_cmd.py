@@ -6,12 +6,9 @@ import json
 import sys
 
 import click
-import polars as pl
 
-from billing_audit import app
 from billing_audit.cli.console import echo, print_frame
 from billing_audit.cli.options import format_option, handle_errors
-from billing_audit.inert import json_inert
 
 
 @click.command()
@@ -37,6 +34,12 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
       billing-audit validate exports/2026-10/
       billing-audit validate focus-export.csv --format json --strict
     """
+
+    import polars as pl
+
+    from billing_audit import app
+    from billing_audit.inert import json_inert
+
     results = app.validate(paths)
     if fmt == "json":
         click.echo(json_inert(json.dumps(app.validation_json(results, {"paths": list(paths), "strict": strict}), indent=2, ensure_ascii=False)))

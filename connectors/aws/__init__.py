@@ -9,5 +9,6 @@ from __future__ import annotations
 from connectors.aws import cur, cur2
 
 PROVIDER = "aws"  # the x_Provider value of this cloud's lines
+TITLE = "AWS"  # the cloud's name in the commands' help (its puller's title: `billing-audit --help` reads it here)
 FORMATS = [*cur.FORMATS, *cur2.FORMATS]
 MANIFESTS = [*cur.MANIFESTS, *cur2.MANIFESTS]

@@ -10,5 +10,6 @@ from __future__ import annotations
 from connectors.gcp import billing_export
 
 PROVIDER = "gcp"  # the x_Provider value of this cloud's lines
+TITLE = "GCP"  # the cloud's name in the commands' help (its puller's title: `billing-audit --help` reads it here)
 FORMATS = [*billing_export.FORMATS]
 MANIFESTS = [*billing_export.MANIFESTS]

@@ -1,0 +1,143 @@
+"""Start-up: importing the package or the CLI, `--help`, `--version` and every command's `--help` import click
+and none of the heavy libraries (issue #19); the lazy command table is complete.
+
+Each case runs a fresh interpreter (``python -c``) and reads back which top-level packages it imported."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+
+import click
+import pytest
+
+import billing_audit.cli
+from billing_audit.cli import LAZY_COMMANDS, main
+from support import ROOT
+
+HEAVY = frozenset({"polars", "duckdb", "pydantic", "pydantic_core", "rich", "sqlglot", "yaml", "pyarrow", "numpy",
+                   "pandas", "pyspark", "boto3", "botocore", "google", "azure", "annotated_types"})
+
+# The helps that are written from what a heavy module holds, and what they may import for it.
+ALLOWED: dict[tuple[str, ...], frozenset[str]] = {
+    ("ingest",): frozenset({"duckdb"}),  # the event sources it recognises (billing_audit.events)
+    ("prices", "ingest"): frozenset({"duckdb"}),  # the price-file formats (billing_audit.pricing)
+    # --fail-on's choices are the app layer's (billing_audit.app.FAIL_ON)
+    ("report",): frozenset({"duckdb", "polars", "pydantic", "pydantic_core"}),
+    ("audit",): frozenset({"duckdb", "polars", "pydantic", "pydantic_core"}),
+}
+PULLERS = frozenset({"duckdb", "polars", "pydantic", "pydantic_core", "annotated_types"})  # flags from Options models
+
+PROBE = """
+import json, sys
+{code}
+print("\\n" + json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
+"""
+
+
+def _imported(code: str) -> set[str]:
+    """The heavy top-level packages a fresh interpreter has imported after running ``code``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_AUDIT_")}
+    p = subprocess.run([sys.executable, "-c", PROBE.format(code=code)], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return set(json.loads(p.stdout.strip().splitlines()[-1])) & HEAVY
+
+
+def _cli(*args: str) -> str:
+    """``code`` that runs the command line with ``args`` (its output is discarded; an exit is expected)."""
+    return ("import contextlib, io\nfrom billing_audit.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    try:\n        main({list(args)!r}, prog_name='billing-audit')\n    except SystemExit:\n        pass")
+
+
+def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
+        out.append((*prefix, name))
+        if isinstance(cmd, click.Group):
+            out += _paths(cmd, (*prefix, name))
+    return out
+
+
+def test_importing_the_package_imports_nothing_heavy() -> None:
+    assert _imported("import billing_audit") == set()
+    assert _imported("import billing_audit.cli") == set()
+
+
+def test_the_package_names_still_load() -> None:
+    """``from billing_audit import X`` (README "Python API") loads what it names, and only then."""
+    assert _imported("from billing_audit import Store, IngestReport, Audit, open") >= {"duckdb", "polars"}
+    import billing_audit
+    from billing_audit.api import Audit
+    from billing_audit.store import IngestReport, Store
+
+    assert (billing_audit.Store, billing_audit.IngestReport, billing_audit.Audit) == (Store, IngestReport, Audit)
+    assert {"Audit", "IngestReport", "Store", "open"} <= set(dir(billing_audit))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        billing_audit.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize("args", [("--help",), ("-h",), ("--version",), ("reprot",), ()])
+def test_top_level_imports_click_only(args: tuple[str, ...]) -> None:
+    assert _imported(_cli(*args)) == set()
+
+
+@pytest.mark.parametrize("path", _paths(main), ids="-".join)
+def test_each_command_help_imports_only_what_it_shows(path: tuple[str, ...]) -> None:
+    allowed = PULLERS if path[0] == "pull" or path[:2] == ("prices", "pull") else ALLOWED.get(path, frozenset())
+    assert _imported(_cli(*path, "--help")) <= allowed
+
+
+def test_every_lazy_command_resolves_to_its_command() -> None:
+    ctx = click.Context(main)
+    assert main.list_commands(ctx) == sorted(LAZY_COMMANDS)
+    for name, where in LAZY_COMMANDS.items():
+        module, _, attr = where.partition(":")
+        command = main.get_command(ctx, name)
+        assert command is getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command) and command.name == name
+
+
+def test_every_command_module_command_is_in_the_lazy_table() -> None:
+    """A command added to a module's COMMANDS but not to LAZY_COMMANDS would never be reachable."""
+    listed = {LAZY_COMMANDS[name]: name for name in LAZY_COMMANDS}
+    modules = [m.name for m in pkgutil.iter_modules(billing_audit.cli.__path__) if m.name.endswith("_cmd")]
+    assert len(modules) >= 12
+    for module_name in modules:
+        module = importlib.import_module(f"billing_audit.cli.{module_name}")
+        for command in module.COMMANDS:
+            attr = next(a for a, v in vars(module).items() if v is command)
+            assert f"billing_audit.cli.{module_name}:{attr}" in listed, f"{module_name}.{attr} is not in LAZY_COMMANDS"
+
+
+def test_did_you_mean_picks_among_every_command() -> None:
+    """In a fresh interpreter (no command loaded yet), a mistyped command is matched against every command."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code = f"from billing_audit.cli import main; main({list(args)!r}, prog_name='billing-audit')"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    r = run("reprot")
+    assert r.returncode == 2
+    assert "No such command 'reprot'. (Did you mean one of: 'export', 'report'?)" in r.stderr
+    r = run("rules", "lsit")
+    assert r.returncode == 2 and "Did you mean 'list'?" in r.stderr
+
+
+def test_facts_written_out_for_start_up_equal_their_owners() -> None:
+    """What the CLI writes out to avoid importing its owner: the store's default file, the engines' names, the
+    clouds' titles (the pullers')."""
+    from billing_audit import engines, pulling, registry, store
+    from billing_audit.cli import options
+
+    assert options.DEFAULT_DB == store.DEFAULT_DB
+    assert options.engine_names() == ["duckdb", *(n for n in engines.names() if n != "duckdb")]
+    for name in registry.with_part("pull"):
+        assert pulling.puller(name).title == registry.connector(name).TITLE
