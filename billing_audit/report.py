@@ -161,21 +161,13 @@ def window_conditions(cfg: Config) -> tuple[str, str]:
     return this, prev
 
 
-def window_ctes(cfg: Config) -> str:
-    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
-    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
-    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
-    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
-    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
-    line's period is the interruption's or one of the N after it)."""
-    this, prev = window_conditions(cfg)
-    return f"""src AS (
+SRC_CTE = f"""src AS (
   SELECT {ROW_KEY},
     CASE WHEN coalesce(sum(fee_n), 0) <> 0 THEN 'fee_lines'
          WHEN coalesce(sum(n) FILTER (WHERE signal), 0) <> 0 THEN 'signals' ELSE 'inferred' END AS source
   FROM ba_agg GROUP BY ALL
-),
-ev AS (
+)"""
+EV_CTE = f"""ev AS (
   SELECT w.job, w.team, w.provider, w.currency, w.s AS ts, w.e AS te FROM ba_win w JOIN src USING ({ROW_KEY})
   WHERE src.source = 'fee_lines' AND w.category = 'restart_fee' AND coalesce(w.fee_n, 0) <> 0
     AND w.s IS NOT NULL AND w.e IS NOT NULL
@@ -185,8 +177,13 @@ ev AS (
   UNION ALL
   SELECT st.job, st.team, st.provider, st.currency, CAST(NULL AS TIMESTAMP), st.e FROM stopped st JOIN src USING ({ROW_KEY})
   WHERE src.source = 'inferred'
-),
-ck AS (
+)"""
+
+
+def _link_ctes(cfg: Config) -> str:
+    """``ck`` and ``lk`` of :func:`window_ctes` (after ``ev``)."""
+    this, prev = window_conditions(cfg)
+    return f"""ck AS (
   SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost, w.account FROM ba_win w
   WHERE w.category IN ('storage_reread', 'checkpoint_egress') AND w.s IS NOT NULL AND w.e IS NOT NULL AND w.e > w.s
 ),
@@ -197,19 +194,52 @@ lk AS (
 )"""
 
 
+def window_ctes(cfg: Config) -> str:
+    """Restart windows, after CHURN_CTES: ``src`` (each job row's interruption source, as _interruptions picks
+    it), ``ev`` (its interruptions' charge periods from that source: fee lines, signal lines, or the stop of a
+    churned resource, a moment that ends the charge period holding it), ``lk`` (the checkpoint re-read and egress
+    groups inside a window: a checkpoint line of charge period [s, e) and length L is linked when an interruption
+    of the same job row, provider and currency has its charge period [ts, te) overlapping [s - N x L, e), i.e. the
+    line's period is the interruption's or one of the N after it)."""
+    return f"{SRC_CTE},\n{EV_CTE},\n{_link_ctes(cfg)}"
+
+
+# What the job rows, the daily rows and the account rows of a prepared period read: computed once, by _windows.
+FROM_WINDOWS = "stopped AS (SELECT * FROM ba_stopped), churn AS (SELECT * FROM ba_churn), lk AS (SELECT * FROM ba_lk)"
+
+
+def _windows(con: duckdb.DuckDBPyConnection, cfg: Config, links: bool = True) -> None:
+    """The churn and restart windows of the period prepared on `con`, once, as temp tables: ``ba_stopped`` (the
+    churned stops), ``ba_churn`` (per job row and day), ``ba_src`` (each job row's interruption source), ``ba_ev``
+    (its interruptions, what _carry hands to the next period) and, unless not ``links``, ``ba_lk`` (the linked
+    checkpoint re-reads and egress, against PREV_EVENTS as set now)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_stopped AS WITH {STOPPED_CTE} SELECT * FROM stopped")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_src AS WITH {SRC_CTE} SELECT * FROM src")
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_ev AS WITH stopped AS (SELECT * FROM ba_stopped), "
+                f"src AS (SELECT * FROM ba_src), {EV_CTE} SELECT * FROM ev")
+    if links:
+        con.execute("CREATE OR REPLACE TEMP TABLE ba_churn AS SELECT job, team, provider, currency, "
+                    "CAST(e AS DATE) AS day, count(*) AS n FROM ba_stopped GROUP BY ALL")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_lk AS WITH ev AS (SELECT * FROM ba_ev), {_link_ctes(cfg)} "
+                    "SELECT * FROM lk")
+
+
 def _no_prev(con: duckdb.DuckDBPyConnection) -> None:
     """No previous period's interruptions to link with (the first period, or a report of one engine run)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE {PREV_EVENTS} (job VARCHAR, team VARCHAR, provider VARCHAR, "
                 "currency VARCHAR, ts TIMESTAMP, te TIMESTAMP)")
 
 
-def _carry(con: duckdb.DuckDBPyConnection, cfg: Config) -> None:
-    """The interruptions of the period prepared on `con` (its own, from its own source) as the next period's
-    PREV_EVENTS: a restart at 23:00 on the last day of a month links the re-read at 00:00 on the 1st."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_next_ev AS WITH {CHURN_CTES}, {window_ctes(cfg)} "
-                "SELECT job, team, provider, currency, ts, te FROM ev")
+def _carry(con: duckdb.DuckDBPyConnection) -> None:
+    """The interruptions of the period prepared on `con` (its own, from its own source: ``ba_ev`` of _windows) as
+    the next period's PREV_EVENTS: a restart at 23:00 on the last day of a month links the re-read at 00:00 on
+    the 1st."""
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_next_ev AS SELECT job, team, provider, currency, ts, te FROM ba_ev")
     con.execute(f"DROP TABLE IF EXISTS {PREV_EVENTS}")
     con.execute(f"ALTER TABLE ba_next_ev RENAME TO {PREV_EVENTS}")
+
+
+PREV_SKIP = ("ba_spot_hours",)  # what the previous period's interruptions do not need
 
 
 def prepare_period(store: Store, cfg: Config, period: str | None, basis: str) -> None:
@@ -219,9 +249,11 @@ def prepare_period(store: Store, cfg: Config, period: str | None, basis: str) ->
     con = store.con
     _no_prev(con)
     if period is not None and previous_period(period) in store_periods(store):
-        prepare(con, cfg, previous_period(period), basis)  # its interruptions, to link this period's traffic with
-        _carry(con, cfg)
+        prepare(con, cfg, previous_period(period), basis, skip=PREV_SKIP)  # its interruptions, to link with
+        _windows(con, cfg, links=False)
+        _carry(con)
     prepare(con, cfg, period, basis)
+    _windows(con, cfg)
 
 
 def previous_period(period: str) -> str:
@@ -237,8 +269,7 @@ def job_sql(cfg: Config) -> str:
     """One row per job, team, provider and currency from the aggregates: the categories' sums, re-reads and egress
     split into linked (in a restart window: interruption overhead) and unlinked (ordinary checkpointing)."""
     return f"""
-WITH {CHURN_CTES},
-{window_ctes(cfg)},
+WITH {FROM_WINDOWS},
 linked AS (
   SELECT {ROW_KEY},
     coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_linked,
@@ -274,8 +305,7 @@ def account_sql(cfg: Config) -> str:
     """Per job row and billing account: the sums a job row is made of, with the interruptions of each source
     (fee quantity, signal lines, churned resources) to share the row's estimates by."""
     return f"""
-WITH {CHURN_CTES},
-{window_ctes(cfg)},
+WITH {FROM_WINDOWS},
 linked AS (
   SELECT {ROW_KEY}, account,
     coalesce(sum(cost) FILTER (WHERE category = 'storage_reread'), 0) AS reread_linked,
@@ -594,7 +624,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         fired_runs: list[pl.DataFrame] = []
         for p, run in sorted(engine_run.items()):
             rows, d, f, a = _compute(store, cfg, p, basis, run, carried=True)
-            _carry(con, cfg)
+            _carry(con)
             run_accounts += a
             for r in rows:
                 r["period_breaches"] = [f"{p}: {b}" for b in _derive(dict(r), cfg)["budget_breaches"]]
@@ -609,6 +639,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         from billing_audit.engines.pipeline import load_run
 
         load_run(con, engine_run)
+        _windows(con, cfg)
         run_rows = _job_rows(con, cfg)
         return run_rows, _daily_rows(con, cfg), store.sql(
             "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"
@@ -627,6 +658,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         accounts: list[dict[str, Any]] = []
         for p in periods:
             prepare(con, cfg, p, basis)
+            _windows(con, cfg)
             mine = _job_rows(con, cfg)
             accounts += _account_rows(con, cfg, mine)
             for r in mine:
@@ -634,7 +666,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
                 r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
                 jobs.append(r)
             daily += _daily_rows(con, cfg)
-            _carry(con, cfg)
+            _carry(con)
         return _combine(jobs, cfg), daily, _rules_fired(store, None) if fired else None, _combine_accounts(accounts)
     prepare_period(store, cfg, period, basis)
     one = _job_rows(con, cfg)
@@ -899,8 +931,7 @@ def _daily_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, A
     (fees, other compute charges, re-reads and egress in a restart window), spot cost and its on-demand price."""
     rows = con.execute(
         f"""
-        WITH {CHURN_CTES},
-        {window_ctes(cfg)},
+        WITH {FROM_WINDOWS}, src AS (SELECT * FROM ba_src),
         d AS (
           SELECT job, team, provider, currency, day,
             sum(fee_n) AS fees,

@@ -27,6 +27,7 @@ ROW_NUMBER, explicit GROUP BY), so other engines can run the same steps.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import duckdb
 
@@ -438,9 +439,11 @@ GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe, 
     ]
 
 
-def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str) -> bool:
-    """Steps 1-3 as temp tables on `con`; step 1 from the stored groups when current.  Returns whether the
-    stored groups were used."""
+def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str,
+            skip: Sequence[str] = ()) -> bool:
+    """Steps 1-3 as temp tables on `con`; step 1 from the stored groups when current; the step-3 tables named in
+    ``skip`` are not made (e.g. ``ba_spot_hours`` for a period whose interruptions alone are wanted).  Returns
+    whether the stored groups were used."""
     stored = current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {with_ctes(attribution_ctes(cfg, groups, keys, period))}")
@@ -448,6 +451,8 @@ def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, bas
 
     split = kubernetes.build(con, groups, keys, period)  # Kubernetes nodes' lines shared out to their pods
     for name, sql in aggregate_steps(split or groups, keys, period, basis, split=split is not None):
+        if name in skip:
+            continue
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
     if not stored:
         con.execute("DROP TABLE IF EXISTS ba_line_groups")
