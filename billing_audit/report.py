@@ -122,8 +122,16 @@ def _value(key: str, v: Any) -> Any:
 
 
 def json_records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """A frame of report rows (jobs, teams, totals, daily, finance rows) as JSON objects (:func:`_value`)."""
-    return [{k: _value(k, v) for k, v in row.items()} for row in df.iter_rows(named=True)]
+    """A frame of report rows (jobs, teams, totals, daily, finance rows) as JSON objects (:func:`_value`).
+    Text, whole-number and flag columns are as JSON has them already: their cells skip the conversion."""
+    same = [c for c, t in df.schema.items() if t == pl.String or t == pl.Boolean or t.is_integer()]
+    convert = [c for c in df.columns if c not in same]
+    rows = []
+    for row in df.iter_rows(named=True):
+        for k in convert:
+            row[k] = _value(k, row[k])
+        rows.append(row)
+    return rows
 
 
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
