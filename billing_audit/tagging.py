@@ -23,6 +23,7 @@ from typing import Any, cast
 import duckdb
 from sqlglot import exp
 
+from billing_audit import tagmemo
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.ddl import LINE_CATEGORY_VIEW, RULE_TABLES
 from billing_audit.errors import BillingAuditError
@@ -348,6 +349,11 @@ def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | No
     return cond, reason
 
 
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT count(*) FROM line_items").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _bind(rule: Rule, overrides: dict[str, Any]) -> dict[str, Any]:
     values = rule.defaults()
     values.update({k: v for k, v in overrides.items() if k in values})
@@ -475,6 +481,17 @@ def run_rules(
         for part, source in scans:
             if not part:
                 continue
+            memo = None
+            if source == "line_items":  # the full scan: its regular expressions once per distinct description
+                try:
+                    memo = tagmemo.memoized(con, part, _count(con))
+                except duckdb.InterruptException:
+                    raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
+                                            "(BILLING_AUDIT_RULE_TIMEOUT)") from None
+                except duckdb.Error as e:
+                    raise BillingAuditError(f"running the fused rules failed: {e}") from None
+                if memo is not None:
+                    part, source = memo
             bound: dict[str, Any] = {"run_id": run_id}
             cases = []
             for r, cond, reason in part:
@@ -497,6 +514,8 @@ def run_rules(
                                         "(BILLING_AUDIT_RULE_TIMEOUT)") from None
             except duckdb.Error as e:
                 raise BillingAuditError(f"running the fused rules failed: {e}") from None
+            if memo is not None:
+                con.execute("DROP TABLE ba_memo")
             result.scans += 1
         for r in alone:
             sql = (
