@@ -3,7 +3,8 @@
 Rules run on a sandboxed DuckDB connection (no file or network access,
 configuration locked).  Rules of the simple form ``SELECT x_LineItemId, <reason>
 FROM line_items WHERE <condition>`` are fused into one query, so all of them
-cost one scan of ``line_items``; any other rule runs on its own.
+cost one scan of ``line_items``; any other rule runs on its own.  In a full run that scan reads the rules' regular
+expressions over description columns from a memo of the distinct descriptions (:mod:`billing_audit.tagmemo`).
 """
 
 from __future__ import annotations
