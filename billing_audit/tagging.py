@@ -3,7 +3,8 @@
 Rules run on a sandboxed DuckDB connection (no file or network access,
 configuration locked).  Rules of the simple form ``SELECT x_LineItemId, <reason>
 FROM line_items WHERE <condition>`` are fused into one query, so all of them
-cost one scan of ``line_items``; any other rule runs on its own.
+cost one scan of ``line_items``; any other rule runs on its own.  In a full run that scan reads the rules' regular
+expressions over description columns from a memo of the distinct descriptions (:mod:`billing_audit.tagmemo`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, cast
 import duckdb
 from sqlglot import exp
 
+from billing_audit import tagmemo
 from billing_audit.config import CHECKPOINT_NAME_PATTERNS, CHECKPOINT_TAG_KEYS, CHECKPOINT_TAG_VALUES
 from billing_audit.ddl import LINE_CATEGORY_VIEW, RULE_TABLES
 from billing_audit.errors import BillingAuditError
@@ -348,6 +350,11 @@ def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | No
     return cond, reason
 
 
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT count(*) FROM line_items").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _bind(rule: Rule, overrides: dict[str, Any]) -> dict[str, Any]:
     values = rule.defaults()
     values.update({k: v for k, v in overrides.items() if k in values})
@@ -475,6 +482,17 @@ def run_rules(
         for part, source in scans:
             if not part:
                 continue
+            memo = None
+            if source == "line_items":  # the full scan: its regular expressions once per distinct description
+                try:
+                    memo = tagmemo.memoized(con, part, _count(con))
+                except duckdb.InterruptException:
+                    raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
+                                            "(BILLING_AUDIT_RULE_TIMEOUT)") from None
+                except duckdb.Error as e:
+                    raise BillingAuditError(f"running the fused rules failed: {e}") from None
+                if memo is not None:
+                    part, source = memo
             bound: dict[str, Any] = {"run_id": run_id}
             cases = []
             for r, cond, reason in part:
@@ -497,6 +515,8 @@ def run_rules(
                                         "(BILLING_AUDIT_RULE_TIMEOUT)") from None
             except duckdb.Error as e:
                 raise BillingAuditError(f"running the fused rules failed: {e}") from None
+            if memo is not None:
+                con.execute("DROP TABLE ba_memo")
             result.scans += 1
         for r in alone:
             sql = (

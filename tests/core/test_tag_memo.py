@@ -1,0 +1,128 @@
+"""The full tag scan's regular expressions read from a memo of distinct descriptions: the hits are each rule's own."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import billing_audit
+from billing_audit import tagging, tagmemo
+from billing_audit.rules import load_rules
+from billing_audit.store import checkpoint_params
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+# copies of every fixture line with a description column NULL, or its case changed: the memo keys on the exact
+# text (NULL included), so each copy must hit exactly what its rules hit on it alone
+VARIANTS = {
+    "nullsku": "NULL AS SkuMeter",
+    "nullusage": "NULL AS x_UsageType",
+    "nulldesc": "NULL AS ChargeDescription",
+    "nullall": "NULL AS x_UsageType, NULL AS ChargeDescription, NULL AS SkuMeter, NULL AS ServiceName",
+    "upper": "upper(ChargeDescription) AS ChargeDescription, upper(x_UsageType) AS x_UsageType",
+}
+
+
+@pytest.fixture(scope="module")
+def stocked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every provider's fixtures ingested, plus the variant lines (shared descriptions: each is many lines')."""
+    db = tmp_path_factory.mktemp("memo") / "store.duckdb"
+    with billing_audit.open(db) as store:
+        assert store.ingest([FIXTURES]).rows > 0
+        store.con.execute("CREATE TEMP TABLE ingested AS SELECT * FROM line_items")
+        for name, change in VARIANTS.items():
+            store.con.execute(f"INSERT INTO line_items SELECT * REPLACE (x_LineItemId || '-{name}' AS x_LineItemId, "
+                              f"{change}) FROM ingested")
+    return db
+
+
+def _copy(stocked: Path, tmp_path: Path) -> Path:
+    shutil.copy(stocked, tmp_path / "store.duckdb")
+    return tmp_path / "store.duckdb"
+
+
+def _hits(db: Path) -> set[tuple[str, str, str]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {(str(a), str(b), str(c)) for a, b, c in
+                con.execute("SELECT x_LineItemId, rule_id, reason FROM rule_hits").fetchall()}
+    finally:
+        con.close()
+
+
+def _each_rule_alone(db: Path) -> set[tuple[str, str, str]]:
+    """Every built-in rule's own query, one at a time, over the same lines (no fusing, no memo)."""
+    rules = load_rules().rules
+    params = checkpoint_params(rules, None)
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(f"CREATE TEMP TABLE checkpoint_resources AS {tagging.checkpoint_sql()}")
+        out: set[tuple[str, str, str]] = set()
+        for r in rules:
+            sql = f"SELECT x_LineItemId, CAST(reason AS VARCHAR) FROM ({tagging._renamed(r).sql(dialect='duckdb')})"
+            out |= {(str(i), r.id, str(why)) for i, why in con.execute(sql, tagging._bind(r, params)).fetchall()}
+        return out
+    finally:
+        con.close()
+
+
+def _tag(db: Path, monkeypatch: pytest.MonkeyPatch, memo: bool) -> list[Any]:
+    """Tag the store (the full scan); returns what the memo step answered (None: the scan evaluated every call)."""
+    seen: list[Any] = []
+    real = tagmemo.memoized
+
+    def spy(*args: Any) -> Any:
+        answer = real(*args) if memo else None
+        seen.append(answer)
+        return answer
+
+    monkeypatch.setattr(tagmemo, "memoized", spy)
+    with billing_audit.open(db) as store:
+        result = store.tag(force=True)
+    assert result.scans == 1 and not result.failed
+    return seen
+
+
+def test_the_memo_hits_what_each_rule_hits_alone(stocked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = _copy(stocked, tmp_path)
+    seen = _tag(db, monkeypatch, memo=True)
+    assert len(seen) == 1 and seen[0] is not None  # the memo was used
+    _, source = seen[0]
+    assert "IS NOT DISTINCT FROM" in source
+    hits = _hits(db)
+    alone = _each_rule_alone(db)
+    assert hits == alone
+    # every rule fires, and the variants are really tested: NULL and upper-cased descriptions hit too
+    assert {rule for _, rule, _ in hits} == {r.id for r in load_rules().rules}
+    by_variant = {name: {rule for i, rule, _ in hits if i.endswith(f"-{name}")} for name in VARIANTS}
+    for name in ("nullsku", "nullusage", "nulldesc", "upper"):
+        assert by_variant[name] == {r.id for r in load_rules().rules}, name
+    assert by_variant["nullall"] == set()  # no description: no rule can tell what the line is
+
+
+def test_the_memo_gives_the_scan_without_it(stocked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with_memo, without = _copy(stocked, tmp_path / "a"), _copy(stocked, tmp_path / "b")
+    assert _tag(with_memo, monkeypatch, memo=True)[0] is not None
+    assert _tag(without, monkeypatch, memo=False) == [None]
+    assert _hits(with_memo) == _hits(without) != set()
+
+
+def test_calls_outside_the_description_columns_stay_in_the_scan() -> None:
+    import sqlglot
+
+    def call(sql: str) -> set[str] | None:
+        return tagmemo._memo_call(sqlglot.parse_one(sql, read="duckdb"))
+
+    assert call("regexp_matches(lower(concat_ws(' ', x_UsageType, ChargeDescription)), 'spot')") == {
+        "x_UsageType", "ChargeDescription"}
+    assert call("regexp_matches(lower(coalesce(line_items.skumeter, '')), 'a', 'i')") == {"SkuMeter"}
+    assert call("regexp_matches(ResourceId, 'i-')") is None  # not a description: one value per line
+    assert call("regexp_matches(x_UsageType, $pattern)") is None  # a bound pattern
+    assert call("regexp_matches(x_UsageType || CAST(BilledCost AS VARCHAR), 'x')") is None
+    assert call("regexp_matches(replace(x_UsageType, 'a', 'b'), 'x')") is None  # not a plain string function
