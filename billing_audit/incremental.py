@@ -30,13 +30,15 @@ on random sequences of ingests, re-deliveries and rule changes); only the run id
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-from sqlglot import exp
 
-from billing_audit.rules import Rule
+if TYPE_CHECKING:
+    from billing_audit.rules import Rule
 
 PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
 _TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
@@ -67,7 +69,48 @@ def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def reads_checkpoint(rule: Rule) -> bool:
+    from sqlglot import exp
+
     return rule.tree is not None and any(t.name.lower() == "checkpoint_resources" for t in rule.tree.find_all(exp.Table))
+
+
+def drop_gone(con: duckdb.DuckDBPyConnection, everywhere: bool = False) -> int:
+    """After an ingest removed lines (inside its transaction): drop the ``rule_hits`` and ``spot_od`` rows of the
+    lines that are gone, from the ids the ingest noted in the temp table ``ba_gone`` (the lines it removed).  A
+    removed id can still be in the store: a line's id is its provider, its file's fingerprint (12 hex digits) and
+    its row (reader.MappedFile), so a re-delivery carrying an unchanged file brings the same ids back; only the
+    lines of files with the same fingerprint (ingest_log) can share one, and only those are checked (every line,
+    for an id of another shape).  ``everywhere`` (an overlap between exports removed lines too, which ``ba_gone``
+    does not hold): every row whose line is not in the store.  Returns the gone lines noted (-1: everywhere)."""
+    if everywhere:
+        for t in ("rule_hits", "spot_od"):
+            if _has(con, t):  # NOT EXISTS, not NOT IN: an anti-join without NULL handling
+                con.execute(f"DELETE FROM {t} WHERE NOT EXISTS (SELECT 1 FROM line_items l "
+                            f"WHERE l.x_LineItemId = {t}.x_LineItemId)")
+        return -1
+    if not _one(con, "SELECT count(*) FROM ba_gone")[0]:
+        return 0
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_gone_fp AS SELECT DISTINCT right(regexp_extract(x_LineItemId, "
+                "'^(.*)-[^-]*$', 1), 12) AS fp FROM ba_gone")
+    shaped, = _one(con, "SELECT count(*) = count(*) FILTER (WHERE fp IN (SELECT left(fingerprint, 12) "
+                        "FROM ingest_log)) FROM ba_gone_fp")
+    where = "TRUE"
+    if shaped:  # the ingests holding a file of one of those fingerprints, as literals (storage prunes by them)
+        ids = [int(r[0]) for r in con.execute("SELECT DISTINCT ingest_id FROM ingest_log WHERE left(fingerprint, 12) "
+                                              "IN (SELECT fp FROM ba_gone_fp) ORDER BY 1").fetchall()]
+        where = f"x_IngestId IN ({', '.join(map(str, ids))})"
+    con.execute(f"DELETE FROM ba_gone WHERE x_LineItemId IN (SELECT x_LineItemId FROM line_items WHERE {where})")
+    con.execute("DROP TABLE ba_gone_fp")
+    for t in ("rule_hits", "spot_od"):
+        if _has(con, t):
+            con.execute(f"DELETE FROM {t} USING ba_gone g WHERE g.x_LineItemId = {t}.x_LineItemId")
+    n, = _one(con, "SELECT count(*) FROM ba_gone")
+    return int(str(n))
+
+
+def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(_one(con, "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                          "AND schema_name = 'main' AND table_name = ?", [table])[0])
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[object, ...]:
@@ -219,8 +262,8 @@ class Plan:
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
             FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
             WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
-        con.execute(f"DELETE FROM spot_od WHERE {gone} OR NOT EXISTS (SELECT 1 FROM line_items l "
-                    "WHERE l.x_LineItemId = spot_od.x_LineItemId)")
+        # the equivalents of lines that are gone went with them (the ingest that removed them: drop_gone)
+        con.execute(f"DELETE FROM spot_od WHERE {gone}")
         con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
 
 
@@ -281,16 +324,24 @@ def plan(con: duckdb.DuckDBPyConnection, key: str) -> Plan | None:
                 where, prices_same=last[3] == prices_key(con))
 
 
-_VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+@functools.cache
+def _volatile_nodes() -> tuple[type[Any], ...]:
+    from sqlglot import exp
+
+    return (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+
+
 _VOLATILE_NAMES = re.compile(r"^(now|today|random|setseed|uuid|gen_random_uuid|uuidv[47]|nextval|currval|"
                              r"current_\w+|get_current_\w+|transaction_timestamp|epoch_ms_now)$", re.IGNORECASE)
 
 
 def volatile(rule: Rule) -> bool:
     """The rule reads the clock or a random source: its hits may differ run to run, whatever the line."""
+    from sqlglot import exp
+
     if rule.tree is None:
         return True
-    return any(isinstance(n, _VOLATILE) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
+    return any(isinstance(n, _volatile_nodes()) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
                for n in rule.tree.walk())
 
 
