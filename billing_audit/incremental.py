@@ -156,10 +156,9 @@ class Plan:
                 f"({self.lines:,} lines re-tagged; groups of {self.regrouped:,} slices rebuilt)")
 
     def snapshot(self, con: duckdb.DuckDBPyConnection, local_ids: list[str]) -> None:
-        """Before the hits change: the hits of the rules run whole, and the on-demand equivalents."""
+        """Before the hits change: the hits of the rules run whole."""
         con.execute("CREATE OR REPLACE TEMP TABLE ba_old_hits AS SELECT x_LineItemId, rule_id, category FROM "
                     "rule_hits WHERE NOT list_contains($l, rule_id)", {"l": local_ids or [""]})
-        con.execute("CREATE OR REPLACE TEMP TABLE ba_old_od AS SELECT x_LineItemId, od_cost FROM spot_od")
 
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
         """After the hits: spot_od, then the groups, keys and search index of the slices that need it."""
@@ -181,13 +180,24 @@ class Plan:
         self._price(con, run_id)
         _slices_of(con, "ba_gslices", "ba_touched_od", base="ba_pslices")
         self.regrouped = int(str(_one(con, "SELECT count(*) FROM ba_gslices")[0]))
-        lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
-        con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
         con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
             WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
               AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
-        ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
-        con.execute(f"INSERT INTO line_groups {groups_sql(ranks, spot_od=True, lines='ba_glines')}")
+        if self.prices_same and self.regrouped == int(str(_one(con, "SELECT count(*) FROM ba_pslices")[0])):
+            # the slices grouped are those priced (ba_gslices holds ba_pslices): their lines and hits as _price
+            # read them, and their equivalents from what it just priced (ba_spot_od covers every spot line of
+            # the priced slices), not from the store-wide spot_od
+            con.execute("CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM ba_plines")
+            groups = groups_sql(f"({ranks_sql('ba_phits')})", spot_od=True, lines="ba_glines")
+            join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId"
+            assert groups.count(join) == 1
+            groups = groups.replace(join, " LEFT JOIN ba_spot_od o ON o.x_LineItemId = l.x_LineItemId")
+        else:
+            lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
+            con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
+            ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
+            groups = groups_sql(ranks, spot_od=True, lines="ba_glines")
+        con.execute(f"INSERT INTO line_groups {groups}")
         cols = "provider, currency, ResourceId, ResourceName, SubAccountId, BillingAccountId, Tags"
         con.execute(f"""CREATE OR REPLACE TABLE line_group_keys AS
             SELECT h, {", ".join(f"any_value({c}) AS {c}" for c in cols.split(", "))},
@@ -211,9 +221,10 @@ class Plan:
                     f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
         for v in ("ba_glines", "ba_slines", "ba_plines", "ba_rlines"):
             con.execute(f"DROP VIEW IF EXISTS {v}")
-        for t in ("ba_old_hits", "ba_old_od", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
+        for t in ("ba_old_hits", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
                   "ba_months", "ba_changed", "ba_dirty_lines", "ba_keys_d", "ba_bill_old", "ba_bill_keys",
-                  "ba_reclass", "ba_bill_slices", "ba_cats"):
+                  "ba_reclass", "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x",
+                  "ba_rcats"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
     def _price(self, con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -231,27 +242,43 @@ class Plan:
                 AND d.a IS NOT DISTINCT FROM spot_bill.a AND d.s IS NOT DISTINCT FROM spot_bill.s""")
             con.execute("CREATE OR REPLACE TEMP VIEW ba_plines AS SELECT * FROM line_items l WHERE "
                         f"{_where(con, 'ba_pslices', 'l')}")
+            # the priced slices' lines, their hits (as this run left them) and keys: computed once, read again by
+            # the bill, the pricing and the groups (finish)
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_pids AS SELECT x_LineItemId FROM ba_plines")
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_phits AS SELECT x_LineItemId, rule_id, category "
+                        "FROM rule_hits SEMI JOIN ba_pids USING (x_LineItemId)")
             pricing.bill_keys(con, "ba_plines", "ba_keys_d")
-            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_keys_d')}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql(hits='ba_phits')}")
             con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM "
-                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats')})")
+                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats', lines='ba_plines')})")
             # the keys whose bill price moved, and the spot lines to price again
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
                 unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
                                      UNION ALL (SELECT * FROM {bill} EXCEPT SELECT * FROM ba_bill_old))""")
             # a line priced from its export or a price reference never read the bill (pricing.classify tries those
             # first, and neither moved: same lines, same references), so a moved bill price re-prices only the
-            # lines priced from the bill or not priced at all
-            con.execute("""CREATE OR REPLACE TEMP TABLE ba_reclass AS
-                SELECT x_LineItemId FROM ba_plines
-                UNION SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
+            # lines priced from the bill or not priced at all.  Outside the priced slices a line's hits did not
+            # move (a line whose hits moved put its slice in them: ba_touched), so one in spot_od is still a spot
+            # line (spot_od holds exactly the lines of category spot_compute after every run)
+            con.execute("""CREATE OR REPLACE TEMP TABLE ba_extra AS
+                SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
                   AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
                   AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
-                WHERE o.od_source IS NULL OR o.od_source = 'bill'""")
-            con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT l.* FROM line_items l "
-                        "SEMI JOIN ba_reclass r ON r.x_LineItemId = l.x_LineItemId")
-            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_reclass')}")
-            pricing.classify(con, "ba_rlines", "spot_bill", "ba_cats")
+                WHERE (o.od_source IS NULL OR o.od_source = 'bill')
+                  AND NOT EXISTS (SELECT 1 FROM ba_pids p WHERE p.x_LineItemId = o.x_LineItemId)""")
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_reclass AS SELECT x_LineItemId FROM ba_pids "
+                        "UNION ALL SELECT x_LineItemId FROM ba_extra")
+            lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
+            if _one(con, "SELECT count(*) FROM ba_extra")[0]:
+                con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL "
+                            "SELECT l.* FROM line_items l SEMI JOIN ba_extra r ON r.x_LineItemId = l.x_LineItemId")
+                pricing.bill_keys(con, "(SELECT l.* FROM line_items l SEMI JOIN ba_extra r "
+                                       "ON r.x_LineItemId = l.x_LineItemId)", "ba_keys_x")
+                con.execute("INSERT INTO ba_keys_x SELECT * FROM ba_keys_d")
+                con.execute("CREATE OR REPLACE TEMP TABLE ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
+                            "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
+                lines, keys, cats = "ba_rlines", "ba_keys_x", "ba_rcats"
+            pricing.classify(con, lines, "spot_bill", cats, keys=keys)
             gone = "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)"
         else:  # other price references: every spot line again
             pricing.classify(con)
@@ -260,7 +287,7 @@ class Plan:
             gone = "TRUE"
         con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_touched_od AS
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
-            FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
+            FROM (SELECT x_LineItemId, od_cost FROM spot_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
             WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
         # the equivalents of lines that are gone went with them (the ingest that removed them: drop_gone)
         con.execute(f"DELETE FROM spot_od WHERE {gone}")
