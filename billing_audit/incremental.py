@@ -30,13 +30,15 @@ on random sequences of ingests, re-deliveries and rule changes); only the run id
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-from sqlglot import exp
 
-from billing_audit.rules import Rule
+if TYPE_CHECKING:
+    from billing_audit.rules import Rule
 
 PERIOD = "date_trunc('month', {t}.BillingPeriodStart + INTERVAL 14 DAY)"
 _TABLES = ("tag_slices", "slices", "line_groups", "line_group_keys", "line_groups_meta", "search_index",
@@ -67,7 +69,48 @@ def checkpoint_key(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def reads_checkpoint(rule: Rule) -> bool:
+    from sqlglot import exp
+
     return rule.tree is not None and any(t.name.lower() == "checkpoint_resources" for t in rule.tree.find_all(exp.Table))
+
+
+def drop_gone(con: duckdb.DuckDBPyConnection, everywhere: bool = False) -> int:
+    """After an ingest removed lines (inside its transaction): drop the ``rule_hits`` and ``spot_od`` rows of the
+    lines that are gone, from the ids the ingest noted in the temp table ``ba_gone`` (the lines it removed).  A
+    removed id can still be in the store: a line's id is its provider, its file's fingerprint (12 hex digits) and
+    its row (reader.MappedFile), so a re-delivery carrying an unchanged file brings the same ids back; only the
+    lines of files with the same fingerprint (ingest_log) can share one, and only those are checked (every line,
+    for an id of another shape).  ``everywhere`` (an overlap between exports removed lines too, which ``ba_gone``
+    does not hold): every row whose line is not in the store.  Returns the gone lines noted (-1: everywhere)."""
+    if everywhere:
+        for t in ("rule_hits", "spot_od"):
+            if _has(con, t):  # NOT EXISTS, not NOT IN: an anti-join without NULL handling
+                con.execute(f"DELETE FROM {t} WHERE NOT EXISTS (SELECT 1 FROM line_items l "
+                            f"WHERE l.x_LineItemId = {t}.x_LineItemId)")
+        return -1
+    if not _one(con, "SELECT count(*) FROM ba_gone")[0]:
+        return 0
+    con.execute("CREATE OR REPLACE TEMP TABLE ba_gone_fp AS SELECT DISTINCT right(regexp_extract(x_LineItemId, "
+                "'^(.*)-[^-]*$', 1), 12) AS fp FROM ba_gone")
+    shaped, = _one(con, "SELECT count(*) = count(*) FILTER (WHERE fp IN (SELECT left(fingerprint, 12) "
+                        "FROM ingest_log)) FROM ba_gone_fp")
+    where = "TRUE"
+    if shaped:  # the ingests holding a file of one of those fingerprints, as literals (storage prunes by them)
+        ids = [int(r[0]) for r in con.execute("SELECT DISTINCT ingest_id FROM ingest_log WHERE left(fingerprint, 12) "
+                                              "IN (SELECT fp FROM ba_gone_fp) ORDER BY 1").fetchall()]
+        where = f"x_IngestId IN ({', '.join(map(str, ids))})"
+    con.execute(f"DELETE FROM ba_gone WHERE x_LineItemId IN (SELECT x_LineItemId FROM line_items WHERE {where})")
+    con.execute("DROP TABLE ba_gone_fp")
+    for t in ("rule_hits", "spot_od"):
+        if _has(con, t):
+            con.execute(f"DELETE FROM {t} USING ba_gone g WHERE g.x_LineItemId = {t}.x_LineItemId")
+    n, = _one(con, "SELECT count(*) FROM ba_gone")
+    return int(str(n))
+
+
+def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(_one(con, "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                          "AND schema_name = 'main' AND table_name = ?", [table])[0])
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[object, ...]:
@@ -113,10 +156,9 @@ class Plan:
                 f"({self.lines:,} lines re-tagged; groups of {self.regrouped:,} slices rebuilt)")
 
     def snapshot(self, con: duckdb.DuckDBPyConnection, local_ids: list[str]) -> None:
-        """Before the hits change: the hits of the rules run whole, and the on-demand equivalents."""
+        """Before the hits change: the hits of the rules run whole."""
         con.execute("CREATE OR REPLACE TEMP TABLE ba_old_hits AS SELECT x_LineItemId, rule_id, category FROM "
                     "rule_hits WHERE NOT list_contains($l, rule_id)", {"l": local_ids or [""]})
-        con.execute("CREATE OR REPLACE TEMP TABLE ba_old_od AS SELECT x_LineItemId, od_cost FROM spot_od")
 
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
         """After the hits: spot_od, then the groups, keys and search index of the slices that need it."""
@@ -138,13 +180,24 @@ class Plan:
         self._price(con, run_id)
         _slices_of(con, "ba_gslices", "ba_touched_od", base="ba_pslices")
         self.regrouped = int(str(_one(con, "SELECT count(*) FROM ba_gslices")[0]))
-        lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
-        con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
         con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
             WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
               AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
-        ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
-        con.execute(f"INSERT INTO line_groups {groups_sql(ranks, spot_od=True, lines='ba_glines')}")
+        if self.prices_same and self.regrouped == int(str(_one(con, "SELECT count(*) FROM ba_pslices")[0])):
+            # the slices grouped are those priced (ba_gslices holds ba_pslices): their lines and hits as _price
+            # read them, and their equivalents from what it just priced (ba_spot_od covers every spot line of
+            # the priced slices), not from the store-wide spot_od
+            con.execute("CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM ba_plines")
+            groups = groups_sql(f"({ranks_sql('ba_phits')})", spot_od=True, lines="ba_glines")
+            join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId"
+            assert groups.count(join) == 1
+            groups = groups.replace(join, " LEFT JOIN ba_spot_od o ON o.x_LineItemId = l.x_LineItemId")
+        else:
+            lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
+            con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
+            ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
+            groups = groups_sql(ranks, spot_od=True, lines="ba_glines")
+        con.execute(f"INSERT INTO line_groups {groups}")
         cols = "provider, currency, ResourceId, ResourceName, SubAccountId, BillingAccountId, Tags"
         con.execute(f"""CREATE OR REPLACE TABLE line_group_keys AS
             SELECT h, {", ".join(f"any_value({c}) AS {c}" for c in cols.split(", "))},
@@ -168,9 +221,10 @@ class Plan:
                     f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
         for v in ("ba_glines", "ba_slines", "ba_plines", "ba_rlines"):
             con.execute(f"DROP VIEW IF EXISTS {v}")
-        for t in ("ba_old_hits", "ba_old_od", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
+        for t in ("ba_old_hits", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
                   "ba_months", "ba_changed", "ba_dirty_lines", "ba_keys_d", "ba_bill_old", "ba_bill_keys",
-                  "ba_reclass", "ba_bill_slices", "ba_cats"):
+                  "ba_reclass", "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x",
+                  "ba_rcats"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
     def _price(self, con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -188,27 +242,43 @@ class Plan:
                 AND d.a IS NOT DISTINCT FROM spot_bill.a AND d.s IS NOT DISTINCT FROM spot_bill.s""")
             con.execute("CREATE OR REPLACE TEMP VIEW ba_plines AS SELECT * FROM line_items l WHERE "
                         f"{_where(con, 'ba_pslices', 'l')}")
+            # the priced slices' lines, their hits (as this run left them) and keys: computed once, read again by
+            # the bill, the pricing and the groups (finish)
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_pids AS SELECT x_LineItemId FROM ba_plines")
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_phits AS SELECT x_LineItemId, rule_id, category "
+                        "FROM rule_hits SEMI JOIN ba_pids USING (x_LineItemId)")
             pricing.bill_keys(con, "ba_plines", "ba_keys_d")
-            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_keys_d')}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql(hits='ba_phits')}")
             con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM "
-                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats')})")
+                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats', lines='ba_plines')})")
             # the keys whose bill price moved, and the spot lines to price again
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
                 unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
                                      UNION ALL (SELECT * FROM {bill} EXCEPT SELECT * FROM ba_bill_old))""")
             # a line priced from its export or a price reference never read the bill (pricing.classify tries those
             # first, and neither moved: same lines, same references), so a moved bill price re-prices only the
-            # lines priced from the bill or not priced at all
-            con.execute("""CREATE OR REPLACE TEMP TABLE ba_reclass AS
-                SELECT x_LineItemId FROM ba_plines
-                UNION SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
+            # lines priced from the bill or not priced at all.  Outside the priced slices a line's hits did not
+            # move (a line whose hits moved put its slice in them: ba_touched), so one in spot_od is still a spot
+            # line (spot_od holds exactly the lines of category spot_compute after every run)
+            con.execute("""CREATE OR REPLACE TEMP TABLE ba_extra AS
+                SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
                   AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
                   AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
-                WHERE o.od_source IS NULL OR o.od_source = 'bill'""")
-            con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT l.* FROM line_items l "
-                        "SEMI JOIN ba_reclass r ON r.x_LineItemId = l.x_LineItemId")
-            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql('ba_reclass')}")
-            pricing.classify(con, "ba_rlines", "spot_bill", "ba_cats")
+                WHERE (o.od_source IS NULL OR o.od_source = 'bill')
+                  AND NOT EXISTS (SELECT 1 FROM ba_pids p WHERE p.x_LineItemId = o.x_LineItemId)""")
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_reclass AS SELECT x_LineItemId FROM ba_pids "
+                        "UNION ALL SELECT x_LineItemId FROM ba_extra")
+            lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
+            if _one(con, "SELECT count(*) FROM ba_extra")[0]:
+                con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL "
+                            "SELECT l.* FROM line_items l SEMI JOIN ba_extra r ON r.x_LineItemId = l.x_LineItemId")
+                pricing.bill_keys(con, "(SELECT l.* FROM line_items l SEMI JOIN ba_extra r "
+                                       "ON r.x_LineItemId = l.x_LineItemId)", "ba_keys_x")
+                con.execute("INSERT INTO ba_keys_x SELECT * FROM ba_keys_d")
+                con.execute("CREATE OR REPLACE TEMP TABLE ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
+                            "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
+                lines, keys, cats = "ba_rlines", "ba_keys_x", "ba_rcats"
+            pricing.classify(con, lines, "spot_bill", cats, keys=keys)
             gone = "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)"
         else:  # other price references: every spot line again
             pricing.classify(con)
@@ -217,10 +287,10 @@ class Plan:
             gone = "TRUE"
         con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_touched_od AS
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
-            FROM (SELECT * FROM ba_old_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
+            FROM (SELECT x_LineItemId, od_cost FROM spot_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
             WHERE o.od_cost IS DISTINCT FROM n.od_cost OR o.x_LineItemId IS NULL OR n.x_LineItemId IS NULL""")
-        con.execute(f"DELETE FROM spot_od WHERE {gone} OR NOT EXISTS (SELECT 1 FROM line_items l "
-                    "WHERE l.x_LineItemId = spot_od.x_LineItemId)")
+        # the equivalents of lines that are gone went with them (the ingest that removed them: drop_gone)
+        con.execute(f"DELETE FROM spot_od WHERE {gone}")
         con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
 
 
@@ -281,16 +351,24 @@ def plan(con: duckdb.DuckDBPyConnection, key: str) -> Plan | None:
                 where, prices_same=last[3] == prices_key(con))
 
 
-_VOLATILE = (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+@functools.cache
+def _volatile_nodes() -> tuple[type[Any], ...]:
+    from sqlglot import exp
+
+    return (exp.CurrentDate, exp.CurrentTime, exp.CurrentTimestamp, exp.CurrentDatetime, exp.Rand)
+
+
 _VOLATILE_NAMES = re.compile(r"^(now|today|random|setseed|uuid|gen_random_uuid|uuidv[47]|nextval|currval|"
                              r"current_\w+|get_current_\w+|transaction_timestamp|epoch_ms_now)$", re.IGNORECASE)
 
 
 def volatile(rule: Rule) -> bool:
     """The rule reads the clock or a random source: its hits may differ run to run, whatever the line."""
+    from sqlglot import exp
+
     if rule.tree is None:
         return True
-    return any(isinstance(n, _VOLATILE) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
+    return any(isinstance(n, _volatile_nodes()) or (isinstance(n, exp.Anonymous) and _VOLATILE_NAMES.match(str(n.name)))
                for n in rule.tree.walk())
 
 

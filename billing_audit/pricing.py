@@ -345,15 +345,16 @@ def _money(x: Decimal) -> Decimal:
     return x.quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
 
 
-def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories") -> str:
+def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories", lines: str = "line_items") -> str:
     """The bill's own on-demand prices per slice (provider x billing account x billing month) and key: the cost and
-    quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`_keys_sql` over some lines)."""
+    quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`_keys_sql` over some lines),
+    read from the relation ``lines`` (which must hold those lines: a narrower one reads less)."""
     return f"""
         SELECT l.x_Provider AS p, l.BillingAccountId AS a, date_trunc('month', l.BillingPeriodStart + INTERVAL 14 DAY)
                AS s, k.provider, k.price_key, k.region, k.unit, k.currency,
                sum(coalesce(l.EffectiveCost, l.BilledCost)) AS cost, sum(k.quantity) AS qty, count(*) AS n,
                min(l.ChargePeriodStart) AS first, max(l.ChargePeriodEnd) AS last
-        FROM {keys} k JOIN line_items l ON l.x_LineItemId = k.x_LineItemId
+        FROM {keys} k JOIN {lines} l ON l.x_LineItemId = k.x_LineItemId
         WHERE {_on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, l.BilledCost) > 0
           AND l.BillingCurrency = k.currency
           AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')
@@ -365,24 +366,26 @@ def bill_keys(con: duckdb.DuckDBPyConnection, lines: str, into: str) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE {into} AS {_keys_sql(lines)}")
 
 
-def categories_sql(lines: str) -> str:
-    """``line_categories`` (:data:`billing_audit.ddl.LINE_CATEGORY_VIEW`) for the lines of the relation ``lines``
-    only (it has x_LineItemId), without grouping every hit of the store."""
+def categories_sql(lines: str | None = None, hits: str = "rule_hits") -> str:
+    """``line_categories`` (:data:`billing_audit.ddl.LINE_CATEGORY_VIEW`) from the relation ``hits`` (rule_hits'
+    x_LineItemId, rule_id, category), for the lines of the relation ``lines`` only (it has x_LineItemId; None: every
+    line of ``hits``, e.g. the hits of some lines, already picked), without grouping every hit of the store."""
     from billing_audit.ddl import LINE_CATEGORY_VIEW
 
     body = LINE_CATEGORY_VIEW.split(" AS ", 1)[1]
-    return body.replace("FROM rule_hits GROUP BY",
-                        f"FROM (SELECT * FROM rule_hits SEMI JOIN {lines} USING (x_LineItemId)) GROUP BY")
+    src = hits if lines is None else f"(SELECT * FROM {hits} SEMI JOIN {lines} USING (x_LineItemId))"
+    return body.replace("FROM rule_hits GROUP BY", f"FROM {src} GROUP BY")
 
 
 def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
-             cats: str = "line_categories") -> None:
+             cats: str = "line_categories", keys: str | None = None) -> None:
     """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
     but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``.  ``lines``: the relation
     of lines priced (default: every line); ``bill``: a relation of the bill's prices per slice and key
     (:func:`bill_slices_sql`'s columns) covering the whole store (default: made from every line, left as the temp
     table ``ba_bill_slices``); ``cats``: the lines' categories (default ``line_categories``; another relation must
-    cover ``lines``).  A spot line's equivalent depends on the line, the references and the bill only."""
+    cover ``lines``); ``keys``: the lines' keys (:func:`bill_keys` over a relation covering ``lines``; default:
+    made from ``lines``).  A spot line's equivalent depends on the line, the references and the bill only."""
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
@@ -393,9 +396,11 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
                {_has_prices_part_case()} AS has_part
         FROM {lines} l JOIN {cats} c ON c.x_LineItemId = l.x_LineItemId
         WHERE c.category = 'spot_compute'""")
-    bill_keys(con, lines, "ba_keys")
+    if keys is None:
+        bill_keys(con, lines, "ba_keys")
+        keys = "ba_keys"
     if bill is None:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {bill_slices_sql('ba_keys')}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {bill_slices_sql(keys)}")
         bill = "ba_bill_slices"
     # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
     rows = con.execute(f"""
@@ -406,13 +411,13 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
                 "unit VARCHAR, currency VARCHAR, unit_price DECIMAL(38,12), n BIGINT, first TIMESTAMP, last TIMESTAMP)")
     if unit_prices:
         con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", unit_prices)
-    con.execute("""CREATE OR REPLACE TEMP TABLE ba_ref AS
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_ref AS
         SELECT * EXCLUDE (rn) FROM (
           SELECT s.x_LineItemId, r.unit_price, r.kind, r.source, r.source_row, r.fetched_at, r.description,
                  r.effective_from, r.effective_to,
                  row_number() OVER (PARTITION BY s.x_LineItemId ORDER BY (r.kind = 'negotiated') DESC,
                    r.fetched_at DESC, (r.region IS NULL), r.effective_from DESC NULLS LAST, r.source, r.source_row) AS rn
-          FROM ba_spot s JOIN ba_keys k ON k.x_LineItemId = s.x_LineItemId
+          FROM ba_spot s JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
           JOIN price_references r ON r.provider = s.x_Provider AND r.price_key = k.price_key
             AND (r.region IS NULL OR r.region = k.region) AND r.unit IS NOT DISTINCT FROM k.unit
             AND r.currency = k.currency AND r.unit_price > 0
@@ -460,7 +465,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
                  {bill_cost} AS bill_cost, b.unit_price AS bill_price, b.n AS bill_n, b.first AS bill_first,
                  b.last AS bill_last
           FROM ba_spot s
-          LEFT JOIN ba_keys k ON k.x_LineItemId = s.x_LineItemId
+          LEFT JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
           LEFT JOIN ba_ref r ON r.x_LineItemId = s.x_LineItemId
           LEFT JOIN ba_bill b ON b.provider = s.x_Provider AND b.price_key = k.price_key
             AND b.region IS NOT DISTINCT FROM k.region AND b.unit IS NOT DISTINCT FROM k.unit

@@ -303,3 +303,112 @@ def test_a_run_for_new_prices_keeps_the_hits_of_rules_it_does_not_run(tmp_path: 
         hits = s.con.execute("SELECT x_LineItemId FROM rule_hits WHERE rule_id = 'BA050'").fetchall()
         signals = s.con.execute("SELECT count(*) FROM line_groups WHERE signal").fetchone()[0]
     assert len(hits) == 1 and signals == 1
+
+
+def _write(root: Path, report: str, month: int, parts: list[list[dict[str, Any]]]) -> Path:
+    """An Athena CUR month folder of ``report`` holding ``parts`` as its parquet files (rewritten only if changed:
+    a file left as it was keeps its fingerprint, so its lines keep their ids)."""
+    folder = GEN.athena_cur_folder(root / report, report, MONTHS[month].year, MONTHS[month].month,
+                                   "CREATE EXTERNAL TABLE t (...);\n")
+    for i, rows in enumerate(parts, 1):
+        GEN.write_cur_parquet(rows, folder / f"{report}-{i:05d}.snappy.parquet")
+    return folder
+
+
+def _tables(db: Path) -> dict[str, set[tuple[Any, ...]]]:
+    with billing_audit.open(db, read_only=True) as s:
+        q = s.con.execute
+        return {"lines": set(q("SELECT x_LineItemId FROM line_items").fetchall()),
+                "hits": set(q("SELECT x_LineItemId, rule_id, reason FROM rule_hits").fetchall()),
+                "spot_od": set(q("SELECT x_LineItemId, od_cost FROM spot_od").fetchall())}
+
+
+def test_a_re_delivery_drops_exactly_the_hits_and_equivalents_of_the_lines_it_removes(tmp_path: Path) -> None:
+    """Two months tagged; October delivered again in two files, the first as it was (its lines keep their ids:
+    same fingerprint, same rows), the second rewritten without some lines.  The ingest alone drops the hits and
+    on-demand equivalents of the second file's old lines, keeps every other row, and the tag after it matches a
+    full re-tag."""
+    _setup(tmp_path)
+    db, exports = tmp_path / "store.duckdb", tmp_path / "exports"
+    _deliver(exports, 0, 0, 1)
+    october = _month_rows(0, 1, 2)
+    first, second_rows = october[0::2], october[1::2]
+    _write(exports, "cur-0", 1, [first, second_rows])
+    with billing_audit.open(db) as s:
+        assert not s.ingest([exports]).errors
+    _tag(db, {}, tmp_path)
+    before = _tables(db)
+    with billing_audit.open(db, read_only=True) as s:
+        second = {r[0] for r in s.con.execute("SELECT x_LineItemId FROM line_items WHERE x_SourceFile LIKE "
+                                              "'%cur-0-00002%'").fetchall()}
+    kept = before["lines"] - {(i,) for i in second}
+    assert second and {h[0] for h in before["hits"]} & second and {o[0] for o in before["spot_od"]} & second
+    assert {h[0] for h in before["hits"]} & {k[0] for k in kept}  # hits on the first file's lines, kept
+    _write(exports, "cur-0", 1, [first, second_rows[::2]])  # the first file as it was
+    with billing_audit.open(db) as s:
+        rep = s.ingest([exports])
+        assert not rep.errors and rep.replaced_rows == len(october)
+    after = _tables(db)
+    assert kept <= after["lines"]  # the first file's lines are back with the same ids
+    assert after["hits"] == {h for h in before["hits"] if h[0] not in second}
+    assert after["spot_od"] == {o for o in before["spot_od"] if o[0] not in second}
+    full = tmp_path / "full.duckdb"
+    shutil.copy(db, full)
+    assert _tag(db, {}, tmp_path).plan is not None
+    assert _tag(full, {}, tmp_path, force=True).plan is None
+    assert _state(db) == _state(full)
+
+
+def test_lines_an_overlap_sets_aside_lose_their_hits_and_equivalents(tmp_path: Path) -> None:
+    """October of export cur-0 tagged; export cur-x then delivers the same lines and one more for the same account
+    and month: cur-0's copies are set aside by the overlap (cur-x has more lines), and the ingest drops their hits
+    and equivalents (the overlap's lines are not among those it notes as replaced: every row without its line)."""
+    _setup(tmp_path)
+    db, exports = tmp_path / "store.duckdb", tmp_path / "exports"
+    _deliver(exports, 0, 0, 1)
+    october = _month_rows(0, 1, 2)
+    _write(exports, "cur-0", 1, [october])
+    with billing_audit.open(db) as s:
+        assert not s.ingest([exports]).errors
+    _tag(db, {}, tmp_path)
+    before = _tables(db)
+    extra = dict(october[0], identity_line_item_id="extra-1", line_item_unblended_cost=0.5)
+    _write(tmp_path / "other", "cur-x", 1, [[*october, extra]])
+    with billing_audit.open(db) as s:
+        rep = s.ingest([tmp_path / "other"])
+        assert not rep.errors and rep.overlapped_rows == len(october)
+    after = _tables(db)
+    ids = {i[0] for i in after["lines"]}
+    assert {h[0] for h in before["hits"]} - ids  # hits of lines set aside were there
+    assert {h[0] for h in after["hits"]} <= ids and {o[0] for o in after["spot_od"]} <= ids
+    assert after["hits"] == {h for h in before["hits"] if h[0] in ids}
+    full = tmp_path / "full.duckdb"
+    shutil.copy(db, full)
+    _tag(db, {}, tmp_path)
+    _tag(full, {}, tmp_path, force=True)
+    assert _state(db) == _state(full)
+
+
+def test_only_the_lines_of_files_with_a_gone_ids_fingerprint_are_checked(tmp_path: Path) -> None:
+    """drop_gone: a noted id still in the store (a line of a file with its fingerprint) keeps its rows; an id of
+    another shape (no ingest's fingerprint) is checked against every line."""
+    from billing_audit import incremental
+
+    _setup(tmp_path)
+    db, exports = tmp_path / "store.duckdb", tmp_path / "exports"
+    _deliver(exports, 0, 0, 1)
+    with billing_audit.open(db) as s:
+        assert not s.ingest([exports]).errors
+    _tag(db, {}, tmp_path)
+    with billing_audit.open(db) as s:
+        q = s.con.execute
+        present = q("SELECT x_LineItemId FROM rule_hits ORDER BY 1 LIMIT 1").fetchone()[0]
+        q("INSERT INTO line_items (SELECT * REPLACE ('odd' AS x_LineItemId) FROM line_items LIMIT 1)")
+        q("INSERT INTO rule_hits VALUES ('odd', 'BA999', 'custom', 'r', 1), ('gone-0123456789ab-1', 'BA999', "
+          "'custom', 'r', 1)")
+        n = q("SELECT count(*) FROM rule_hits").fetchone()[0]
+        q("CREATE TEMP TABLE ba_gone AS SELECT * FROM (VALUES (?), ('odd'), ('gone-0123456789ab-1')) t(x_LineItemId)",
+          [present])
+        assert incremental.drop_gone(s.con) == 1
+        assert q("SELECT count(*) FROM rule_hits").fetchone()[0] == n - 1
+        assert q("SELECT count(*) FROM rule_hits WHERE x_LineItemId = 'gone-0123456789ab-1'").fetchone()[0] == 0
