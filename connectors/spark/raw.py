@@ -24,15 +24,24 @@ shared file system), each file read as local ingest reads it (:func:`billing_aud
 members and a tarball's files unpacked, a CSV with mixed line endings normalised, on the driver, into temporary
 copies the plan holds until it is closed):
 
-- **parquet** whose mapping translates: AWS CUR 2.0, legacy CUR parquet, AWS FOCUS, Azure cost details parquet.
-  Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the type DuckDB
-  gives them; ``file_row_number`` is Spark's ``_metadata.row_index``;
-- **CSV and CSV.gz** (legacy CUR with its manifests, FOCUS, Azure cost details and Azure FOCUS): the header,
-  delimiter, duplicate names (``#n``) and encoding check are the local reader's own (on the driver); Spark reads
+- **parquet** whose mapping translates: AWS CUR 2.0, legacy CUR parquet, AWS FOCUS, Azure cost details parquet,
+  GCP's billing export (standard and resource-level tables; its nested records through ``to_json`` and JSON paths,
+  as locally).  Hive partition columns DuckDB reads from the path (``BILLING_PERIOD=2026-10``) are added with the
+  type DuckDB gives them; ``file_row_number`` is Spark's ``_metadata.row_index``;
+- **NDJSON** ``.json`` / ``.json.gz`` (GCP's billing export as ``bq extract`` writes it): on the driver the local
+  reader's own ``read_json`` over the whole file (``sample_size=-1``, not a sample) gives the types, which become an
+  explicit Spark schema (:func:`json_schema`), so Spark parses with exactly those types; a column DuckDB types
+  ``JSON`` (scalars mixing numbers and strings, lists empty everywhere) is read as its JSON text
+  (:func:`_json_text`), dates and times as text for the mapping's own casts; the record number is the file's
+  order (:func:`_json_frame`);
+- **CSV and CSV.gz** (legacy CUR with its manifests, FOCUS, Azure cost details and Azure FOCUS; numbers written with
+  a decimal comma, as the local reader sniffs them, read by its own ``ba_num_dc`` inlined as the other macros): the
+  header, delimiter, duplicate names (``#n``) and encoding check are the local reader's own (on the driver); Spark reads
   every column as text with the options that give DuckDB's ``read_csv`` values (:func:`_csv_frame`), one
   partition a file, so the record number (line ids, source rows) is local ingest's ``row_number() OVER ()``;
 - DuckDB's JSON functions on text (tags, nested records): ``json_valid``, ``json_type``, ``json_transform``
-  (:func:`_json_node`), ``json_extract_string`` (sqlglot: ``get_json_object``);
+  (:func:`_json_node`), ``json_extract_string`` (sqlglot: ``get_json_object``); ``regexp_full_match`` as an
+  anchored ``RLIKE``;
 - slash dates held as text (``1/2/2026``, ``10/01/26 3:04 PM``): the local reader decides day or month first from
   the whole file, on the driver, and its list of formats becomes Spark's ``try_to_timestamp`` patterns, the
   first that reads the value winning (:func:`_java_slash`).  Each file's mapping is planned without Spark's
@@ -41,10 +50,9 @@ copies the plan holds until it is closed):
 
 So line ids and source rows are local ingest's.  What it refuses, each with the file named, rather than misread:
 
-- GCP's billing export (parquet: its nested records translate to ``from_json`` structures, but no test has
-  compared them with local ingest yet; NDJSON: below);
-- JSON/NDJSON files (the local reader types them with DuckDB's ``read_json`` sampling, which Spark does not
-  reproduce); CSVs written with a decimal comma (sniffed by the local reader: refused on the driver); a CSV
+- a JSON *array* file (one document holding every record, which local ingest reads): Spark reads JSON a record a
+  line, and an array would be one document read whole by one task; a read_json type with no Spark reading here
+  (:func:`_spark_json_type`); a CSV
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
   U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - price files (``billing-audit prices``): an engine holds no price references;
@@ -270,6 +278,13 @@ def _spark_node(n: exp.Expression) -> exp.Expression | None:
     json = _json_node(n) or _regexp_node(n)
     if json is not None:
         return json
+    if isinstance(n, exp.RegexpFullMatch):
+        # DuckDB's regexp_full_match (ba_dc_ok: a decimal-comma number) -> Spark's partial RLIKE anchored at both
+        # ends; \z, not $: Java's $ also matches before a final line break
+        pattern = n.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise NotPortable("regexp_full_match with a pattern that is not a literal")
+        return exp.RegexpLike(this=n.this.copy(), expression=exp.Literal.string(f"^(?:{pattern.name})\\z"))
     if isinstance(n, exp.Anonymous) and n.name.lower() == "error":
         return exp.Anonymous(this="RAISE_ERROR", expressions=[e.copy() for e in n.expressions])
     if isinstance(n, exp.Anonymous) and n.name.lower() == "try_strptime":
@@ -322,11 +337,11 @@ def _swap_reader(tree: exp.Expression, view: str) -> exp.Expression:
     found = False
     for t in list(tree.find_all(exp.Table)):
         text = t.sql(dialect="duckdb").lower()
-        if isinstance(t.this, exp.ReadParquet) or "read_parquet(" in text or "read_csv(" in text:
+        if isinstance(t.this, exp.ReadParquet) or any(f"read_{k}(" in text for k in ("parquet", "csv", "json")):
             t.replace(exp.Table(this=exp.to_identifier(view), alias=t.args.get("alias")))
             found = True
     if not found:
-        raise NotPortable("the mapping reads no parquet or CSV file")
+        raise NotPortable("the mapping reads no parquet, CSV or JSON file")
     for w in list(tree.find_all(exp.Window)):
         if isinstance(w.this, exp.RowNumber) and not w.args.get("partition_by") and not w.args.get("order"):
             w.replace(exp.Paren(this=exp.Add(this=exp.column("file_row_number"), expression=exp.Literal.number(1))))
@@ -336,11 +351,33 @@ def _swap_reader(tree: exp.Expression, view: str) -> exp.Expression:
 FILE_MARK = "billing-audit file|"  # raise_error's message starts with it, the file, "|" and the reader's message
 
 
-def spark_mapping(duck_sql: str, view: str = VIEW, display: str = "") -> str:
+def _json_text(tree: exp.Expression, names: set[str]) -> exp.Expression:
+    """Columns Spark reads as their JSON text (an NDJSON column DuckDB types JSON, or a nested one holding JSON):
+    DuckDB's ``to_json(c)`` and ``json_extract_string(c, '$')`` of them are that text itself (a string's value
+    unquoted, anything else as JSON), so both become ``c``."""
+    if not names:
+        return tree
+
+    def text_column(arg: exp.Expression | None) -> bool:
+        return isinstance(arg, exp.Column) and arg.name in names
+
+    for n in list(tree.find_all(exp.Anonymous, exp.JSONExtractScalar)):
+        if isinstance(n, exp.Anonymous) and n.name.lower() == "to_json" and len(n.expressions) == 1 \
+                and text_column(n.expressions[0]):
+            n.replace(n.expressions[0].copy())
+        elif isinstance(n, exp.JSONExtractScalar) and text_column(n.this) and isinstance(n.expression, exp.JSONPath) \
+                and [type(e) for e in n.expression.expressions] == [exp.JSONPathRoot]:
+            n.replace(n.this.copy())
+    return tree
+
+
+def spark_mapping(duck_sql: str, view: str = VIEW, display: str = "", json_text: set[str] | None = None) -> str:
     """A file's DuckDB mapping SELECT (``MappedFile.mapped_sql``) as Spark SQL over the view ``view``; a value
-    the mapping refuses raises an error naming ``display`` (see :func:`refusal`)."""
+    the mapping refuses raises an error naming ``display`` (see :func:`refusal`).  ``json_text``: the columns
+    Spark reads as JSON text (NDJSON: :func:`json_schema`)."""
     tree = parse(duck_sql, "duckdb")
     tree = _swap_reader(tree, view)
+    tree = _json_text(tree, json_text or set())
     tree = inline_macros(tree)
     tree = _spark_rewrites(tree)
     for n in list(tree.find_all(exp.Anonymous)):
@@ -378,6 +415,7 @@ class RawFile:
     kind: str = "parquet"
     columns: list[str] = field(default_factory=list)  # CSV: the header as the local reader names it (duplicates #n)
     delimiter: str = ","  # CSV: as the local reader sniffs it
+    schema: str = ""  # NDJSON: the Spark schema (DDL) of the local reader's types (json_schema)
 
 
 @dataclass
@@ -418,11 +456,57 @@ class Plan:
         self.close()
 
 
-NOT_READ = ("the raw Spark path reads parquet and CSV only (JSON/NDJSON needs the local reader's typing: "
-            "ingest it with `billing-audit ingest`)")
-UNCHECKED = ("gcp-billing",)  # formats whose Spark mapping no test compares with local ingest: refused
-DECIMAL_COMMA = ("the file writes its numbers with a decimal comma, which the raw Spark path does not read "
-                 "(ingest it with `billing-audit ingest`)")
+JSON_ARRAY = ("a JSON array file (one document holding every record), not newline-delimited JSON: local ingest "
+              "reads it, but Spark reads JSON a record a line (an array is one document, read whole by one task); "
+              "ingest it with `billing-audit ingest`, or extract it as NDJSON")
+_JSON_SCALARS_SPARK = {"VARCHAR": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE",
+                       "BOOLEAN": "BOOLEAN", "UBIGINT": "DECIMAL(20,0)"}
+# dates and times DuckDB's read_json recognises: read as their text, which the mapping's casts (ba_ts, CAST AS
+# TIMESTAMP) then read as they read any text
+_JSON_AS_TEXT = ("DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_NS", "TIMESTAMP_MS",
+                 "TIMESTAMP_S")
+
+
+def _spark_json_type(t: Any, column: str) -> str:
+    """A DuckDB type ``read_json`` gave (a ``DuckDBPyType``) as the Spark DDL type its JSON reader parses the same."""
+    name = str(t)
+    if t.id == "struct":
+        fields = ", ".join(f"`{k.replace('`', '``')}`: {_spark_json_type(v, column)}" for k, v in t.children)
+        return f"STRUCT<{fields}>"
+    if t.id == "list":
+        return f"ARRAY<{_spark_json_type(t.children[0][1], column)}>"
+    if name in _JSON_SCALARS_SPARK:
+        return _JSON_SCALARS_SPARK[name]
+    if name in _JSON_AS_TEXT:
+        return "STRING"
+    raise NotPortable(f"column {column}: read_json types it {name}, which has no Spark JSON reading here")
+
+
+def json_schema(con: duckdb.DuckDBPyConnection, path: Path, cols: dict[str, str]) -> tuple[str, set[str], set[str]]:
+    """The Spark schema (DDL) that parses an NDJSON file with the types the local reader gives it: ``cols`` is
+    :func:`billing_audit.reader.probe_columns`, DuckDB's ``read_json`` over the whole file (``sample_size=-1``),
+    not a sample.  A column whose type holds DuckDB's ``JSON`` (mixed scalars, lists that are empty everywhere)
+    is read as its JSON text (the second value: :func:`_json_text` makes the mapping read it so); the third is
+    the file's own columns (the others are hive partition columns DuckDB adds from the path)."""
+    own = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_json({lit(str(path))}, format='auto', "
+                                     "maximum_object_size=67108864, sample_size=-1, hive_partitioning=false)"
+                                     ).fetchall()}
+    fields, text = [], set()
+    for c, typ in cols.items():
+        if c not in own:  # a hive partition column (invoice_month=202610): added from the path (_partitions)
+            continue
+        if "JSON" in typ:
+            fields.append(f"`{c.replace('`', '``')}` STRING")
+            text.add(c)
+            continue
+        fields.append(f"`{c.replace('`', '``')}` {_spark_json_type(con.type(typ), c)}")
+    return ", ".join(fields), text, own
+
+
+def _json_array(path: Path) -> bool:
+    """The file is one JSON array (``[{...}, {...}]``), not newline-delimited records."""
+    head = reader.read_head(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")
 
 
 def _partitions(path: Path, cols: dict[str, str], own: set[str]) -> dict[str, tuple[str, str]]:
@@ -478,30 +562,31 @@ def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str
     members, a CSV with mixed line endings from a normalised copy)."""
     from billing_audit.store import _part_fp
 
-    if reader.file_kind(f) == "json":
-        raise InputError(reader.display_name(f), NOT_READ)
     out: list[RawFile] = []
     for local, display in stack.enter_context(reader.readable(f)):
         kind = reader.file_kind(local)
-        if kind == "json":
-            raise InputError(display, NOT_READ)
+        if kind == "json" and _json_array(local):
+            raise InputError(display, JSON_ARRAY)
         cols = reader.probe_columns(con, local, display, kind)
         fmt = reader.detect(cols, kind, display)
         if not d.export:  # as local ingest: the export its layout says, else the delivery's own
             d.export = fmt.export_of(f) or d.key
-        if fmt.id.startswith(UNCHECKED):
-            raise InputError(display, f"the raw Spark path does not read {fmt.id} yet (its mapping translates, but "
-                                      "is not checked against local ingest): ingest it with `billing-audit ingest`")
         mf = reader.MappedFile(local, display, kind, fmt, cols)
-        if mf.decimal_comma:
-            raise InputError(display, DECIMAL_COMMA)
         fp = _part_fp(d.fingerprints()[f], display, display == reader.display_name(f))
         duck = mf.mapped_sql(con, fp=fp, ingest_id=0)
         part_view = view if len(out) == 0 else f"{view}_{len(out)}"
+        schema, text, own = "", set[str](), set[str]()
         try:
-            sql = spark_mapping(duck, part_view, display)
+            if kind == "json":
+                schema, text, own = json_schema(con, local, cols)
+            sql = spark_mapping(duck, part_view, display, text)
         except NotPortable as e:
             raise InputError(display, f"its {fmt.id} mapping does not translate to Spark: {e}") from None
+        if kind == "json":
+            out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view,
+                               _partitions(local, cols, own), kind,
+                               list(cols), schema=schema))
+            continue
         if kind == "csv":
             out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view, {}, kind,
                                list(cols), mf.delimiter))
@@ -557,16 +642,45 @@ def _csv_frame(spark: Any, f: RawFile) -> Any:
     return df.where(check.otherwise(F.lit(True))).drop(CORRUPT)
 
 
+def _json_frame(spark: Any, f: RawFile) -> Any:
+    """An NDJSON file parsed with the local reader's types (:func:`json_schema`), its record number local ingest's
+    ``row_number() OVER ()`` (file order: the split's offset, then the order within it).  A line that is not a
+    JSON record fails the run naming the file and row (the driver's read_json of the whole file already refuses
+    one, as locally)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812
+
+    df = (spark.read.schema(f"{f.schema}, `{CORRUPT}` STRING")
+          .options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, encoding="UTF-8")
+          .json(str(f.path.resolve())))
+    df = df.select("*", F.col("_metadata.file_block_start").alias("_ba_block"),
+                   F.monotonically_increasing_id().alias("_ba_seq"))
+    df = df.select("*", (F.row_number().over(Window.orderBy("_ba_block", "_ba_seq")) - 1).alias("file_row_number"))
+    bad = F.raise_error(F.concat(F.lit(f"{FILE_MARK}{f.display}|{fm.ROW_ERROR}|"),
+                                 (F.col("file_row_number") + 1).cast("string"), F.lit("||not a JSON record")))
+    df = df.where(F.when(F.col(CORRUPT).isNotNull(), bad).otherwise(F.lit(True))).drop(CORRUPT, "_ba_block", "_ba_seq")
+    return _with_partitions(df, f)
+
+
+def _with_partitions(df: Any, f: RawFile) -> Any:
+    """The hive partition columns DuckDB reads from the path, with the type DuckDB gives them."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    for col, (value, typ) in f.partitions.items():
+        if typ not in _SPARK_TYPES:
+            raise InputError(f.display, f"partition column {col}={value} read as {typ}: not mapped on Spark")
+        df = df.withColumn(col, F.lit(value).cast(_SPARK_TYPES[typ]))
+    return df
+
+
 def _file_frame(spark: Any, f: RawFile) -> Any:
     from pyspark.sql import functions as F  # noqa: N812
 
     if f.kind == "csv":
         return _csv_frame(spark, f)
-    df = spark.read.parquet(str(f.path.resolve()))
-    for col, (value, typ) in f.partitions.items():
-        if typ not in _SPARK_TYPES:
-            raise InputError(f.display, f"partition column {col}={value} read as {typ}: not mapped on Spark")
-        df = df.withColumn(col, F.lit(value).cast(_SPARK_TYPES[typ]))
+    if f.kind == "json":
+        return _json_frame(spark, f)
+    df = _with_partitions(spark.read.parquet(str(f.path.resolve())), f)
     return df.select("*", F.col("_metadata.row_index").alias("file_row_number"))
 
 

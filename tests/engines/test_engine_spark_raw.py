@@ -112,25 +112,37 @@ def test_newest_snapshot_wins_as_in_local_ingest_in_either_order(tmp_path: Path,
     assert all(f.path.parent.name == "20261003T041700Z" for f in plan.deliveries[1].files)
 
 
+NDJSON = FIXTURES / "gcp" / "standard-ndjson" / "gcp_billing_export_v1_01ABCD_23EF45_678901" / "invoice_month=202610"
+
+
+def _json_array(tmp_path: Path) -> Path:
+    """The standard NDJSON fixture's first file written as one JSON array (local ingest reads it)."""
+    src = NDJSON / "gcp_billing_export_v1_01ABCD_23EF45_678901-000000000000.json"
+    records = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines() if x.strip()]
+    folder = tmp_path / "array" / "gcp_billing_export_v1_01ABCD_23EF45_678901"
+    folder.mkdir(parents=True)
+    (folder / src.name).write_text(json.dumps(records, indent=1), encoding="utf-8")
+    return folder.parent
+
+
 def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path) -> None:
-    csv_folder = FIXTURES / "gcp" / "standard-ndjson"  # NDJSON: refused (the local reader types JSON itself)
-    comma = FIXTURES / "csv-quirks" / "semicolon-decimal-comma"  # a decimal-comma CSV: refused
-    with raw.plan([csv_folder, comma]) as plan:
+    array = _json_array(tmp_path)  # a JSON array, not NDJSON: local ingest reads it, Spark refuses it saying why
+    with billing_audit.open(tmp_path / "l.duckdb") as store:
+        assert not store.ingest([array]).errors
+        assert store.con.execute("SELECT count(*) FROM line_items").fetchone() == (9,)
+    prices = FIXTURES / "prices"  # price references: an engine holds none
+    with raw.plan([array, prices]) as plan:
         failed = [d.error for d in plan.deliveries if d.error is not None]
-    assert len(failed) == len(plan.deliveries) == 2
-    assert failed[0] is not None and "decimal comma" in failed[0].reason and failed[0].file.startswith(str(comma))
-    assert failed[1] is not None and "reads parquet and CSV only" in failed[1].reason
-    assert failed[1].file.startswith(str(csv_folder)) and failed[1].file.endswith(".json")
-    gcp = FIXTURES / "gcp" / "resource-parquet"  # maps, but no test compares it with local ingest yet: refused
-    with raw.plan([gcp]) as gplan:
-        (only,) = gplan.deliveries
-    assert only.error is not None and only.error.file.endswith(".parquet") and only.error.file.startswith(str(gcp))
-    assert "does not read gcp-billing-resource yet" in only.error.reason
+        errors = plan.errors
+    assert len(failed) == len(plan.deliveries) == 1 and failed[0] is not None
+    assert failed[0].file.startswith(str(array)) and failed[0].file.endswith(".json")
+    assert failed[0].reason == raw.JSON_ARRAY and "not newline-delimited JSON" in failed[0].reason
+    assert errors and all("a price reference" in e.reason for e in errors)
     with billing_audit.open(tmp_path / "s.duckdb") as store, pytest.raises(BillingAuditError) as err:
         run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
-                   spark_raw=os.pathsep.join([str(csv_folder), str(comma)]))
-    assert "2 file(s) cannot be read on Spark (nothing was audited)" in str(err.value)
-    assert str(failed[0].file) in str(err.value) and str(failed[1].file) in str(err.value)
+                   spark_raw=str(array))
+    assert "1 file(s) cannot be read on Spark (nothing was audited)" in str(err.value)
+    assert str(failed[0].file) in str(err.value) and "JSON array file" in str(err.value)
     with billing_audit.open(tmp_path / "s.duckdb") as store, pytest.raises(BillingAuditError, match="no such file"):
         run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
                    spark_raw=str(tmp_path / "nowhere"))
@@ -185,7 +197,7 @@ def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: 
 def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", FIXTURES / "gcp" / "standard-ndjson"
+    snap, csv_folder = FIXTURES / "aws" / "cur2-create-new", _json_array(tmp_path)
     res = CliRunner().invoke(main, ["audit", str(snap), str(csv_folder), "--db", "d.duckdb", "--engine", "spark",
                                     "--source", "raw", "--spark-master", MASTER, "--dry-run"])
     assert res.exit_code == 0, res.output
@@ -199,7 +211,7 @@ def test_audit_dry_run_lists_the_deliveries_kept_superseded_and_refused(tmp_path
     assert f"kept: aws 222233334444 2026-09 ({rows['20261003T041700Z']} lines)" in new
     sizes = sum(f.stat().st_size for f in (snap / NEW).iterdir())
     assert f"by manifest; 2 file(s), {sizes / 1024:,.1f} KB]" in new
-    assert out.count("refused: ") == 1 and out.count("reads parquet and CSV only") == 1 and str(csv_folder) in out
+    assert out.count("refused: ") == 1 and out.count("JSON array file") == 1 and str(csv_folder) in out
     assert out.rstrip().endswith("2 of 3 deliveries readable, " + f"{(sum(f.stat().st_size for f in (snap / OLD).iterdir()) + sizes) / 1024:,.1f} KB to read")
     assert not (tmp_path / "d.duckdb").exists() and not (tmp_path / "audit-report").exists()  # nothing written
 
@@ -346,3 +358,49 @@ def test_csv_snapshots_in_any_order_the_newest_wins_on_both_paths(tmp_path: Path
         local, lines = _lines_both(tmp_path, root)
         assert lines == local and {r["x_SourceFile"] for r in lines} == {str(p) for p in (snaps[-1]).iterdir()
                                                                         if p.suffix == ".csv"}
+
+
+# GCP's billing export (its nested records: labels, credits, project, system_labels, price, resource) as parquet and
+# NDJSON (typed on the driver by the local reader's read_json over the whole file), and a semicolon CSV written with
+# a decimal comma (read by the reader's own ba_num_dc): Spark keeps the lines local ingest stores, value for value
+GCP_LINES = {"gcp/standard-ndjson": 19, "gcp/reexport": 12, "gcp/resource-parquet": 11,
+             "gcp/gke-resource-parquet": 6, "csv-quirks/semicolon-decimal-comma": 5}
+
+
+@pytest.mark.parametrize("folder", list(GCP_LINES))
+def test_gcp_and_decimal_comma_exports_keep_the_local_lines(tmp_path: Path, folder: str) -> None:
+    local, remote = _lines_both(tmp_path, FIXTURES / folder)
+    assert len(local) == GCP_LINES[folder] and remote == local
+
+
+# the reports too, where an engine's report can be the local one: the resource-level parquet (its price records give
+# the export's on-demand prices) and the decimal-comma CSV.  The standard NDJSON export has no on-demand price of a
+# spot SKU (savings n/a on an engine, measured locally from the bill) and the GKE export's local report splits cost
+# by the cluster's pod records: both compared by their lines, above
+@pytest.mark.parametrize("folder", ["gcp/resource-parquet", "csv-quirks/semicolon-decimal-comma"])
+def test_gcp_parquet_and_decimal_comma_exports_give_the_local_report(tmp_path: Path, folder: str) -> None:
+    local, remote = _audit_both(tmp_path, [FIXTURES / folder])
+    assert remote == local
+    assert local["totals"] and local["jobs"]
+
+
+def test_ndjson_is_parsed_with_the_types_local_ingest_gives_it(tmp_path: Path) -> None:
+    # a cost written as a number on every record but the last, written as a string: read_json over the whole file
+    # types it JSON (a sample of the first records would say DOUBLE); Spark reads it as that text, and both unwrap it
+    src = NDJSON / "gcp_billing_export_v1_01ABCD_23EF45_678901-000000000000.json"
+    records = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines() if x.strip()]
+    records[-1]["cost"] = str(records[-1]["cost"])
+    folder = tmp_path / "mixed" / "gcp_billing_export_v1_01ABCD_23EF45_678901"
+    folder.mkdir(parents=True)
+    (folder / src.name).write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    con = duckdb.connect()
+    from billing_audit import reader
+
+    cols = reader.probe_columns(con, folder / src.name, src.name, "json")
+    schema, text, own = raw.json_schema(con, folder / src.name, cols)
+    con.close()
+    assert cols["cost"] == "JSON" and "`cost` STRING" in schema and {"cost", "tags", "credits"} <= text
+    assert "`usage` STRUCT<`amount`: DOUBLE, `unit`: STRING, `amount_in_pricing_units`: DOUBLE" in schema
+    local, remote = _lines_both(tmp_path, folder.parent)
+    assert len(local) == len(records) and remote == local
+    assert str(remote[-1]["x_SourceRow"]) == str(len(records)) and remote[-1]["ContractedCost"] is not None
