@@ -9,7 +9,7 @@ $(VENV)/.installed: pyproject.toml constraints/ci.txt
 	$(BIN)/python -m pip install --quiet -e '.[test]' -c constraints/ci.txt
 	touch $@
 
-.PHONY: demo test lint clean bench
+.PHONY: demo test lint clean bench bench-spark
 demo: $(VENV)/.installed
 	rm -f demo.duckdb
 	$(BIN)/billing-audit audit fixtures/ --db demo.duckdb --out demo-report
@@ -29,3 +29,7 @@ clean:
 bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py --rows 1000000 10000000 --refresh-lines 1000000 --refresh-months 12 --repeat 3 \
 		--out bench/results.json
+
+# local DuckDB audit vs Spark local[2] over the raw exports, each a whole process (one heavy run at a time: an hour+)
+bench-spark: $(VENV)/.installed
+	$(BIN)/python bench/spark_sizing.py --rows 1000000 --provider aws --provider azure --out bench/spark-results.json

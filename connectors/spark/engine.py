@@ -7,8 +7,10 @@ a table in the session's catalog (``--spark-table db.table``, e.g. a Hive table 
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,6 +23,63 @@ from billing_audit.rules import Rule
 
 if TYPE_CHECKING:
     from billing_audit.store import Store
+
+
+PARTITIONS_ENV = "BILLING_AUDIT_SPARK_PARTITIONS"
+PARTITION_BYTES_ENV = "BILLING_AUDIT_SPARK_PARTITION_BYTES"
+LINES_PER_PARTITION = 250_000
+MIN_PARTITIONS, MAX_PARTITIONS = 8, 192
+SESSION_PARTITIONS = 8  # the session's shuffle partitions outside an audit (the lines path, the slice aggregates)
+PARTITION_BYTES = "16m"
+SHUFFLE = "spark.sql.shuffle.partitions"
+ADVISORY = "spark.sql.adaptive.advisoryPartitionSizeInBytes"
+
+
+def _forced_partitions() -> int | None:
+    raw = os.environ.get(PARTITIONS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise BillingAuditError(f"{PARTITIONS_ENV}={raw!r}: not a number of partitions (a whole number, 1 or more)")
+    return int(raw)
+
+
+def partitions_for(lines: int) -> int:
+    """How many partitions the audit runs `lines` kept lines in: one per 250,000 lines, at least 8 and at most 192,
+    unless ``BILLING_AUDIT_SPARK_PARTITIONS`` says how many.  Too few and a partition's aggregation outgrows its
+    share of the driver's memory (3M lines in the 8 of before ran out of a 2 GiB driver); past 192 the tasks'
+    overhead dominates on a few cores.
+
+    >>> partitions_for(3_000_000)
+    12
+    """
+    forced = _forced_partitions()
+    if forced is not None:
+        return forced
+    return max(MIN_PARTITIONS, min(MAX_PARTITIONS, -(-lines // LINES_PER_PARTITION)))
+
+
+def partition_bytes() -> str:
+    """AQE's advisory partition size (``BILLING_AUDIT_SPARK_PARTITION_BYTES``, default 16m): the size it coalesces
+    small shuffle partitions up to, kept small so each aggregation's partition fits its memory."""
+    raw = os.environ.get(PARTITION_BYTES_ENV, "").strip() or PARTITION_BYTES
+    if not re.fullmatch(r"[1-9][0-9]*([kmgt]b?|b)?", raw, re.I):
+        raise BillingAuditError(f"{PARTITION_BYTES_ENV}={raw!r}: not a size in bytes (e.g. 16m, 64m, 1g, 1048576)")
+    return raw
+
+
+@contextlib.contextmanager
+def shuffle_partitions(spark: Any, n: int | None) -> Iterator[None]:
+    """The session's shuffle partitions set to `n` (None: left as they are) while the block runs, then restored."""
+    if n is None:
+        yield
+        return
+    before = spark.conf.get(SHUFFLE)
+    spark.conf.set(SHUFFLE, str(n))
+    try:
+        yield
+    finally:
+        spark.conf.set(SHUFFLE, before)
 
 
 def session(master: str = "local[*]") -> Any:
@@ -39,6 +98,7 @@ def session(master: str = "local[*]") -> Any:
 
 
 def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
+    partitions, advisory = _forced_partitions() or SESSION_PARTITIONS, partition_bytes()
     builder = SparkSession.builder
     if master:  # "": the master spark-submit set
         builder = builder.master(master)
@@ -46,7 +106,8 @@ def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
         builder.appName("billing-audit")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", os.environ.get("BILLING_AUDIT_SPARK_PARTITIONS", "8"))
+        .config(SHUFFLE, str(partitions))
+        .config(ADVISORY, advisory)
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
@@ -79,10 +140,11 @@ def check_rules(spark: Any, rule_sql: dict[str, str], paths: dict[str, str]) -> 
 
 def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         rule_sql: dict[str, str] | None = None, rule_paths: dict[str, str] | None = None,
-        frame: Any = None) -> list[tuple[Any, ...]]:
+        frame: Any = None, partitions: int | None = None) -> list[tuple[Any, ...]]:
     """Run the audit steps (Spark SQL) with `lines` (a parquet folder, or a catalog table name) as
     line_items: each step a temp view, the ones read more than once cached; returns the last step's rows.
-    `frame`: the lines as a DataFrame already (the raw exports mapped: ``connectors.spark.raw``)."""
+    `frame`: the lines as a DataFrame already (the raw exports mapped: ``connectors.spark.raw``); `partitions`:
+    the shuffle partitions the steps run in (:func:`partitions_for`; None: the session's), restored after."""
     from billing_audit.engines.pipeline import CACHED_STEPS
 
     spark = session(master)
@@ -111,13 +173,14 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         check_rules(spark, rule_sql, rule_paths or {})
     cached = []
     try:
-        for name, sql in steps[:-1]:
-            step = spark.sql(sql)
-            if name in CACHED_STEPS:
-                step = step.cache()
-                cached.append(step)
-            step.createOrReplaceTempView(name)
-        rows = spark.sql(steps[-1][1]).collect()
+        with shuffle_partitions(spark, partitions):
+            for name, sql in steps[:-1]:
+                step = spark.sql(sql)
+                if name in CACHED_STEPS:
+                    step = step.cache()
+                    cached.append(step)
+                step.createOrReplaceTempView(name)
+            rows = spark.sql(steps[-1][1]).collect()
     except Exception as e:  # noqa: BLE001
         from connectors.spark.raw import refusal
 
@@ -241,13 +304,16 @@ class SparkEngine(Engine):
             spark.sparkContext.setLogLevel("ERROR")
             lines = raw.mapped_lines(spark, plan)
             kept = raw.keep_newest(spark, plan, lines)
-            # the kept lines materialised once: the audit's steps then plan over a small relation, not the mappings
+            # the kept lines materialised once, in partitions for their number: the audit's steps then plan over a
+            # small relation, not the mappings, and each partition's aggregation fits its share of the memory
+            partitions = partitions_for(kept.lines)
             try:
-                frame = raw.kept_lines(lines, kept).localCheckpoint(eager=True)
+                frame = raw.kept_lines(lines, kept, partitions).localCheckpoint(eager=True)
             except Exception as e:  # noqa: BLE001 - a value a mapping refused
                 raise raw.input_error(e) from None
             try:
-                rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame)
+                rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame,
+                           partitions=partitions)
             finally:
                 frame.unpersist(blocking=True)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, source)

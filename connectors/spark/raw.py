@@ -700,6 +700,10 @@ class Kept:
     kept: list[Slice]
     superseded: list[Slice]
 
+    @property
+    def lines(self) -> int:
+        return sum(s.lines for s in self.kept)
+
 
 def _reason(e: Exception) -> str:
     from connectors.spark.engine import _reason as reason
@@ -819,8 +823,9 @@ def input_error(e: Exception) -> BillingAuditError:
     return found or BillingAuditError(f"Spark could not read the export files: {_reason(e)}")
 
 
-def kept_lines(lines: Any, kept: Kept) -> Any:
-    """The lines of the kept slices only, without ``_ba_delivery``."""
+def kept_lines(lines: Any, kept: Kept, partitions: int | None = None) -> Any:
+    """The lines of the kept slices only, without ``_ba_delivery``; in `partitions` partitions when given
+    (:func:`connectors.spark.engine.partitions_for`: a file is one partition or a few, too few for its lines)."""
     from functools import reduce
 
     from pyspark.sql import functions as F  # noqa: N812
@@ -835,7 +840,8 @@ def kept_lines(lines: Any, kept: Kept) -> Any:
     if not kept.kept:
         raise BillingAuditError("the export files hold no lines")
     cond = reduce(lambda a, b: a | b, [one(s) for s in kept.kept])
-    return lines.where(cond).drop("_ba_delivery")
+    out = lines.where(cond).drop("_ba_delivery")
+    return out if partitions is None else out.repartition(partitions)
 
 
 def refuse_errors(p: Plan) -> None:

@@ -291,6 +291,16 @@ def test_csv_exports_give_the_local_report(tmp_path: Path, folder: str) -> None:
     assert local["totals"]
 
 
+def test_the_kept_lines_in_many_tiny_partitions_give_the_same_report(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # a few lines a partition: every step's aggregate, window and join over lines spread across partitions
+    monkeypatch.setenv("BILLING_AUDIT_SPARK_PARTITIONS", "19")
+    folders = [FIXTURES / "aws" / "cur2", FIXTURES / "aws" / "cur-legacy-csv"]
+    local, remote = _audit_both(tmp_path, folders)
+    assert remote == local
+    assert local["jobs"] and local["totals"][0]["lines"] > 19  # type: ignore[index]
+
+
 def _lines_both(tmp_path: Path, folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The canonical lines local ingest stores and the lines the raw Spark path keeps (every column but the
     ingest id), in source order."""
