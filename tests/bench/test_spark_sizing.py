@@ -29,7 +29,7 @@ sizing = _load()
 # a parent of ~10 MiB that starts a child holding 300 MiB and burning CPU, and never waits for it (as pyspark never
 # waits for its JVM): the child's memory and CPU are the tree's, not the parent's
 PARENT = """
-import subprocess, sys, time
+import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", '''
 import time
 block = bytearray(300 * 2**20)
@@ -41,6 +41,7 @@ while time.process_time() < end:
 time.sleep(1.0)
 '''])
 time.sleep(4.0)
+os._exit(0)  # not Popen.__del__ at shutdown, which would reap the finished child and so take its rusage
 """
 
 
