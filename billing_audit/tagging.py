@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -351,6 +351,18 @@ def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | No
     return cond, reason
 
 
+@contextlib.contextmanager
+def _fused_errors(timeout: float) -> Iterator[None]:
+    """The fused scan's DuckDB errors as one message each: stopped by the rule timeout, or failed."""
+    try:
+        yield
+    except duckdb.InterruptException:
+        raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
+                                "(BILLING_AUDIT_RULE_TIMEOUT)") from None
+    except duckdb.Error as e:
+        raise BillingAuditError(f"running the fused rules failed: {e}") from None
+
+
 def _count(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("SELECT count(*) FROM line_items").fetchone()
     return int(row[0]) if row else 0
@@ -485,13 +497,8 @@ def run_rules(
                 continue
             memo = None
             if source == "line_items":  # the full scan: its regular expressions once per distinct description
-                try:
+                with _fused_errors(timeout):
                     memo = tagmemo.memoized(con, part, _count(con))
-                except duckdb.InterruptException:
-                    raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
-                                            "(BILLING_AUDIT_RULE_TIMEOUT)") from None
-                except duckdb.Error as e:
-                    raise BillingAuditError(f"running the fused rules failed: {e}") from None
                 if memo is not None:
                     part, source = memo
             bound: dict[str, Any] = {"run_id": run_id}
@@ -509,13 +516,8 @@ def run_rules(
                 f"FROM {source})"
             )
             used = {k: v for k, v in bound.items() if f"${k}" in sql}
-            try:
+            with _fused_errors(timeout):
                 con.execute(sql, used)
-            except duckdb.InterruptException:
-                raise BillingAuditError(f"the rules ran longer than {timeout:g} s and were stopped "
-                                        "(BILLING_AUDIT_RULE_TIMEOUT)") from None
-            except duckdb.Error as e:
-                raise BillingAuditError(f"running the fused rules failed: {e}") from None
             if memo is not None:
                 con.execute("DROP TABLE ba_memo")
             result.scans += 1
