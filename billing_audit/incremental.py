@@ -163,7 +163,7 @@ class Plan:
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
         """After the hits: spot_od, then the groups, keys and search index of the slices that need it."""
         from billing_audit.errors import BillingAuditError
-        from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql
+        from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql, several_periods
         from billing_audit.search import index_sql
 
         # lines outside the changed slices whose hits of the rules run whole moved (their category or signal may)
@@ -183,12 +183,13 @@ class Plan:
         con.execute("""DELETE FROM line_groups USING line_group_keys k, ba_gslices d
             WHERE k.h = line_groups.h AND d.p = k.provider AND d.a IS NOT DISTINCT FROM k.BillingAccountId
               AND d.s IS NOT DISTINCT FROM date_trunc('month', line_groups.bps + INTERVAL 14 DAY)""")
+        ordered = several_periods(con, "ba_gslices", "s")  # the rebuilt groups appended in period order
         if self.prices_same and self.regrouped == int(str(_one(con, "SELECT count(*) FROM ba_pslices")[0])):
             # the slices grouped are those priced (ba_gslices holds ba_pslices): their lines and hits as _price
             # read them, and their equivalents from what it just priced (ba_spot_od covers every spot line of
             # the priced slices), not from the store-wide spot_od
             con.execute("CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM ba_plines")
-            groups = groups_sql(f"({ranks_sql('ba_phits')})", spot_od=True, lines="ba_glines")
+            groups = groups_sql(f"({ranks_sql('ba_phits')})", spot_od=True, lines="ba_glines", by_period=ordered)
             join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId"
             assert groups.count(join) == 1
             groups = groups.replace(join, " LEFT JOIN ba_spot_od o ON o.x_LineItemId = l.x_LineItemId")
@@ -196,7 +197,7 @@ class Plan:
             lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
             con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
             ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
-            groups = groups_sql(ranks, spot_od=True, lines="ba_glines")
+            groups = groups_sql(ranks, spot_od=True, lines="ba_glines", by_period=ordered)
         con.execute(f"INSERT INTO line_groups {groups}")
         cols = "provider, currency, ResourceId, ResourceName, SubAccountId, BillingAccountId, Tags"
         con.execute(f"""CREATE OR REPLACE TABLE line_group_keys AS

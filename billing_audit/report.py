@@ -257,7 +257,7 @@ def prepare_period(store: Store, cfg: Config, period: str | None, basis: str) ->
     con = store.con
     _no_prev(con)
     if period is not None and previous_period(period) in store_periods(store):
-        prepare(con, cfg, previous_period(period), basis, skip=PREV_SKIP)  # its interruptions, to link with
+        prepare(con, cfg, previous_period(period), basis, skip=PREV_SKIP, sources_only=True)  # its interruptions
         _windows(con, cfg, links=False)
         _carry(con)
     prepare(con, cfg, period, basis)

@@ -130,16 +130,25 @@ def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     return ",\n       ".join(parts)
 
 
-def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True, lines: str = "line_items") -> str:
+def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True, lines: str = "line_items", by_period: bool = False) -> str:
     """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period;
     the spot lines' on-demand equivalents from ``spot_od`` (else, a store tagged before it: the export's).
-    ``lines``: the relation of lines grouped (default all; :mod:`billing_audit.incremental`: some slices')."""
+    ``lines``: the relation of lines grouped (default all; :mod:`billing_audit.incremental`: some slices').
+    ``by_period``: the groups in billing-period order, so that a report of one period reads that period's row
+    groups alone (DuckDB skips a row group whose min/max ``bps`` is outside the period: :func:`period_filter`)."""
     join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId" if spot_od else ""
     return f"""
 SELECT {KEY_HASH} AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
        {measures(("effective", "billed"), "o.od_cost" if spot_od else None)}
 FROM {lines} l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId{join}
-GROUP BY 1, 2, 3, 4, 5, 6, 7"""
+GROUP BY 1, 2, 3, 4, 5, 6, 7{" ORDER BY 2" if by_period else ""}"""
+
+
+def several_periods(con: duckdb.DuckDBPyConnection, relation: str, column: str) -> bool:
+    """Whether ``relation`` holds more than one billing period start in ``column``: the groups are then written
+    in period order (one period's groups, as one delivery writes them, need no sort)."""
+    row = con.execute(f"SELECT count(DISTINCT {column}) > 1 FROM {relation}").fetchone()
+    return bool(row and row[0])
 
 
 KEYS_SQL = f"""
@@ -161,7 +170,8 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
         raise BillingAuditError("two different attribution keys hashed alike; please report this (the store is unchanged)")
     from billing_audit.pricing import has_spot_od
 
-    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql(spot_od=has_spot_od(con))}")
+    ordered = not temp and several_periods(con, "line_items", "BillingPeriodStart")
+    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql(spot_od=has_spot_od(con), by_period=ordered)}")
     if not temp:
         from billing_audit.search import index_sql
 
@@ -396,11 +406,13 @@ def with_ctes(ctes: list[tuple[str, str]]) -> str:
 
 
 def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
-                    split: bool = False) -> list[tuple[str, str]]:
+                    split: bool = False, sources_only: bool = False) -> list[tuple[str, str]]:
     """Step 3: ba_agg, ba_spot_hours, ba_spot_res and ba_win (the restart-window lines by charge period: fees,
     signals, checkpoint re-reads and egress) from the groups and ``ba_attr``.  ``split``: the groups are
     :mod:`billing_audit.kubernetes`'s (a node's lines in parts: attribution by ``ah``, a job's parts of one
-    charge period add up their spot hours)."""
+    charge period add up their spot hours).  ``sources_only``: ba_agg holds only what a job row's interruption
+    source is chosen by (its lines and fee count, with and without signal, per job row): a period prepared for
+    its interruptions alone (the previous period of a report)."""
     if basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     cost = basis
@@ -411,14 +423,19 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
               f"WHERE {period_filter(period)}")
     hm = ("coalesce(MAX(CASE WHEN NOT g.split THEN g.hours END), 0) + coalesce(SUM(CASE WHEN g.split THEN g.hours END), 0)"
           if split else "MAX(g.hours)")
-    return [
-        ("ba_agg", f"""
+    agg = (f"""
+SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.signal AS signal,
+       SUM(g.n) AS n, SUM(g.fee_n) AS fee_n
+FROM {joined}
+GROUP BY t.job, t.team, k.provider, k.currency, g.signal""" if sources_only else f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.day AS day,
        {cat} AS category, g.signal AS signal, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.list) AS list_cost,
        SUM(g.fee_n) AS fee_n, SUM({priced}) AS priced, SUM({unpriced}) AS unpriced, SUM(g.od) AS od_cost,
        k.BillingAccountId AS account
 FROM {joined}
-GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal, k.BillingAccountId"""),
+GROUP BY t.job, t.team, k.provider, k.currency, g.day, g.rank, g.signal, k.BillingAccountId""")
+    return [
+        ("ba_agg", agg),
         ("ba_spot_hours", f"""
 SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
   SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {hm} AS hm
@@ -440,17 +457,18 @@ GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe, 
 
 
 def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str,
-            skip: Sequence[str] = ()) -> bool:
+            skip: Sequence[str] = (), sources_only: bool = False) -> bool:
     """Steps 1-3 as temp tables on `con`; step 1 from the stored groups when current; the step-3 tables named in
-    ``skip`` are not made (e.g. ``ba_spot_hours`` for a period whose interruptions alone are wanted).  Returns
-    whether the stored groups were used."""
+    ``skip`` are not made (e.g. ``ba_spot_hours`` for a period whose interruptions alone are wanted);
+    ``sources_only``: ba_agg as :func:`aggregate_steps` makes it then.  Returns whether the stored groups were used."""
     stored = current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {with_ctes(attribution_ctes(cfg, groups, keys, period))}")
     from billing_audit import kubernetes
 
     split = kubernetes.build(con, groups, keys, period)  # Kubernetes nodes' lines shared out to their pods
-    for name, sql in aggregate_steps(split or groups, keys, period, basis, split=split is not None):
+    for name, sql in aggregate_steps(split or groups, keys, period, basis, split=split is not None,
+                                     sources_only=sources_only):
         if name in skip:
             continue
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")

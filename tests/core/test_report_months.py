@@ -225,3 +225,33 @@ def test_explain_places_februarys_first_gets_in_januarys_restart_window(store_pa
     assert [(str(i["end"]), i["previous_period"]) for i in first["interruptions"]] == [("2027-02-01 00:00:00", True)]
     late = app.explain(store_path, ids["03"]).window
     assert late is not None and (late["linked"], late["counted_as"]) == (False, "checkpoint_io_unlinked")
+
+
+def test_the_groups_are_stored_in_period_order_so_one_periods_scan_skips_the_others(store_path: Path) -> None:
+    """A store of several billing periods keeps its line groups in period order: DuckDB skips a row group whose
+    min/max billing period start is outside the period a report filters on."""
+    with billing_audit.open(store_path, read_only=True) as store:
+        bps = [r[0] for r in store.con.execute("SELECT bps FROM line_groups ORDER BY rowid").fetchall()]
+    assert len(set(bps)) >= 2
+    assert bps == sorted(bps)
+
+
+@pytest.mark.parametrize("period", ["2027-01", "2027-02"])
+def test_the_previous_periods_narrow_aggregates_choose_the_same_interruption_sources(store_path: Path,
+                                                                                    period: str) -> None:
+    """The previous period of a report is prepared for its interruptions alone (ba_agg by job row and signal):
+    each job row's interruption source and its interruptions are those of the full aggregates."""
+    from billing_audit.report import EV_CTE, SRC_CTE, STOPPED_CTE
+    from billing_audit.rollup import prepare
+
+    got = {}
+    with billing_audit.open(store_path, read_only=True) as store:
+        for narrow in (False, True):
+            prepare(store.con, Config(), period, "effective", sources_only=narrow)
+            src = store.con.execute(f"WITH {SRC_CTE} SELECT * FROM src ORDER BY ALL").fetchall()
+            ev = store.con.execute(f"WITH {STOPPED_CTE}, {SRC_CTE}, {EV_CTE} SELECT * FROM ev ORDER BY ALL").fetchall()
+            got[narrow] = (src, ev)
+    assert got[True] == got[False]
+    assert got[False][1]  # the period holds interruptions to link with
+    if period == "2027-01":  # mu's fee line, nu's notices, xi's churn
+        assert {r[-1] for r in got[False][0] if r[0] in ("mu", "nu", "xi")} == {"fee_lines", "signals", "inferred"}
