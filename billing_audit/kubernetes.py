@@ -24,11 +24,13 @@ is shared by the parts' weights summed over its hours (the node's own spot cost 
 unallocated share).  Interruption events (``ba_k8s_events``): an event of a node in an hour it was shared counts
 for each job row by that hour's shares, so the job rows add up to the node's count.
 
-Local (DuckDB) only: the warehouse engines do not share nodes out (see README).
+Locally, and inside the audit query of the engines in :data:`ENGINES` (:mod:`billing_audit.engines.k8s_share`:
+the same steps, translated); BigQuery and Athena do not share nodes out (see README).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -42,6 +44,8 @@ SHARED = ("effective", "billed", "list", "fee_n", "hours", "od", "unpriced_effec
 COUNTED = ("n", "priced_effective", "priced_billed")
 # GKE cost allocation's namespace label on a node's split rows
 LABELLED = "k8s-namespace"
+# the engines whose audit query shares nodes out as here (billing_audit.engines.k8s_share)
+ENGINES = ("duckdb",)
 UNIT = "1000000000000"  # 1e12: DECIMAL(38,12) amounts as exact integers
 # the end of a line's charge period in whole hours (a line without an end, or within one hour: its start hour + 1)
 SPAN_END = ("greatest(date_trunc('hour', g.cps) + INTERVAL 1 HOUR, coalesce(date_trunc('hour', g.cpe - INTERVAL 1 MICROSECOND) "
@@ -53,7 +57,8 @@ def _units(x: str) -> str:
 
 
 def _back(u: str) -> str:
-    return f"CAST(CAST({u} AS DECIMAL(38,0)) * 0.000000000001::DECIMAL(13,12) AS DECIMAL(38,12))"
+    # DECIMAL(25,0) x DECIMAL(12,12) is DECIMAL(38,12) on Spark too (a wider operand would cost it scale)
+    return f"CAST(CAST({u} AS DECIMAL(25,0)) * CAST(0.000000000001 AS DECIMAL(12,12)) AS DECIMAL(38,12))"
 
 
 def has_split_columns(con: duckdb.DuckDBPyConnection) -> bool:
@@ -71,9 +76,9 @@ def pod_record_warnings(store: Any, period: str | None, engine: bool) -> list[st
       the node's line that their weights share out, so it would be counted twice.  AWS documents the pod's cost
       in the split columns, not in ``line_item_unblended_cost`` (see README); a record that has it anyway is
       named here, how many and how much per currency, never silently added;
-    - on an engine run (``engine``): the engines attribute pod records by their labels but do not share a node's
-      own lines out (this module is local), so the figures that sharing moves differ from a local report: said,
-      with how many records."""
+    - on a run of an engine that does not share nodes out (``engine``: not in :data:`ENGINES`): it attributes pod
+      records by their labels but leaves a node's own lines with the node, so the figures that sharing moves
+      differ from a local report: said, with how many records."""
     con = store.con
     if not store._has_table("line_items") or not has_split_columns(con):
         return []
@@ -87,7 +92,7 @@ def pod_record_warnings(store: Any, period: str | None, engine: bool) -> list[st
     held = ", ".join(f"{int(n)} in {cur}" for cur, n, *_ in rows if n)
     if engine and held:
         out.append(f"kubernetes: the lines hold pod records of shared nodes (split cost allocation data: {held}); the "
-                   "engine does not share a node's lines out to its pods' jobs (only the local report does), so each "
+                   "engine does not share a node's lines out to its pods' jobs (the local report does), so each "
                    "node's spot cost, restart fees, checkpoint re-reads, spot hours, on-demand equivalent and "
                    "interruptions stay with the node's own attribution (often the unattributed row), and the per-job "
                    "savings, overhead and estimates follow; the totals are unchanged. Run the report locally for "
@@ -99,88 +104,123 @@ def pod_record_warnings(store: Any, period: str | None, engine: bool) -> list[st
     return out
 
 
-def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool) -> str:
-    """Each node's parts per hour: (provider, currency, node, hs, ph = the part's key hash, w, pod)."""
+@dataclass(frozen=True)
+class KeySql:
+    """How the sharing reads the groups' keys (alias ``k``) and finds a pod record's key: locally from the key's
+    tag map; on an engine from columns the engine extracts from it (it cannot group by a map)."""
+
+    labelled: str  # the key is a node's row split by GKE cost allocation
+    tags: str  # the key's tag map as one text (tie-breaks: the same on every engine)
+    pods: str  # the FROM clause of the pod records (line_items l, and the keys as k when the key is looked up)
+    pod_key: str  # a pod record's key
+
+
+def tags_text(tags: str) -> str:
+    """A tag map as one text, the same on DuckDB and Spark: its ``key<US>value`` entries in byte order, joined by
+    <RS> (NULL: no map); part of the order that breaks ties between parts of equal weight."""
+    return (f"array_to_string(list_sort(list_transform(map_entries({tags}), lambda e: e.key || chr(31) || "
+            f"coalesce(e.value, ''))), chr(30))")
+
+
+LOCAL = KeySql(labelled=f"k.Tags['{LABELLED}'] IS NOT NULL", tags=tags_text("k.Tags"), pods="line_items l",
+               pod_key=KEY_HASH)
+
+
+def _order(keys: KeySql) -> str:
+    """A key's place among a node's keys (ties of weight): its resource, accounts and tags, not its hash (an
+    engine numbers its keys otherwise), so every engine picks the same part."""
+    cols = ["k.ResourceId", "k.ResourceName", "k.SubAccountId", "k.BillingAccountId", keys.tags]
+    return " || chr(29) || ".join(f"coalesce({c}, '')" for c in cols)
+
+
+def parts_sql(groups: str, keys: str, period: str | None, split_columns: bool, ks: KeySql = LOCAL) -> str:
+    """Each node's parts per hour: (provider, currency, node, hs, ph = the part's key, w, pod, po = the key's
+    order for ties)."""
     pods = f"""
   SELECT l.x_Provider AS provider, coalesce(l.BillingCurrency, '?') AS currency, l.x_SplitParentId AS node,
-         date_trunc('hour', l.ChargePeriodStart) AS hs, {KEY_HASH} AS ph, sum(coalesce(l.x_SplitCost, 0)) AS w,
+         date_trunc('hour', l.ChargePeriodStart) AS hs, {ks.pod_key} AS ph, sum(coalesce(l.x_SplitCost, 0)) AS w,
          TRUE AS pod
-  FROM line_items l
+  FROM {ks.pods}
   WHERE l.x_SplitParentId IS NOT NULL AND l.x_SplitParentId <> coalesce(l.ResourceId, '')
     AND l.ChargePeriodStart IS NOT NULL AND {period_filter(period, 'l.BillingPeriodStart')}
   GROUP BY ALL
   UNION ALL""" if split_columns else ""
-    return f"""{pods}
+    return f"""SELECT q.*, {_order(ks)} AS po FROM ({pods}
   SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, g.h AS ph,
          sum(coalesce(g.effective, 0)) AS w, FALSE AS pod
   FROM {groups} g JOIN {keys} k ON k.h = g.h
   WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND k.ResourceId IS NOT NULL
-    AND k.Tags['{LABELLED}'] IS NOT NULL AND {period_filter(period)}
-  GROUP BY ALL"""
+    AND {ks.labelled} AND {period_filter(period)}
+  GROUP BY ALL) q JOIN {keys} k ON k.h = q.ph"""
 
 
-def build(con: duckdb.DuckDBPyConnection, groups: str, keys: str, period: str | None) -> str | None:
-    """``ba_k8s_parts``, ``ba_k8s_weights`` and ``ba_split_groups`` (the groups with the shared lines in parts,
-    each row carrying ``ah``, the key attribution reads, and ``split``) as temp tables; the name of the last, or
-    None when no node in the period has parts (the groups are then used as they are)."""
-    for t in ("ba_k8s_weights", "ba_split_groups", "ba_k8s_own", "ba_k8s_events"):  # another period's, prepared earlier on this connection
-        con.execute(f"DROP TABLE IF EXISTS {t}")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_k8s_parts AS {parts_sql(groups, keys, period, has_split_columns(con))}")
-    row = con.execute("SELECT count(*) FROM ba_k8s_parts").fetchone()
-    if not row or not row[0]:
-        return None
+def steps(groups: str, keys: str, period: str | None, gcols: list[str], split_columns: bool,
+          ks: KeySql = LOCAL) -> list[tuple[str, str]]:
+    """The sharing as named steps (DuckDB SQL every engine that shares runs as it is, translated): ``ba_k8s_parts``,
+    ``ba_k8s_own``, ``ba_k8s_weights``, ``ba_k8s_events`` and ``ba_split_groups`` (the groups, whose columns are
+    `gcols`, with the shared lines in parts, each row carrying ``ah``, the key attribution reads, and ``split``).
+    Over ``ba_attr`` and the groups; with no parts, ``ba_split_groups`` holds the groups as they are."""
     node = "provider, currency, node, hs"
+    out = [("ba_k8s_parts", parts_sql(groups, keys, period, split_columns, ks))]
     # the node's own spot cost per hour (its lines that are not parts, every hour of a node with parts in the
-    # period), against which the parts' weights are set; a line over several hours weighs each of them
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_own AS
-SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, sum(coalesce(g.effective, 0)) AS amt,
-       arg_max(g.h, coalesce(g.effective, 0)) AS oh, min(k.BillingAccountId) AS account
-FROM {groups} g JOIN {keys} k ON k.h = g.h
-WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND {period_filter(period)}
-  AND EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.provider = k.provider AND p.currency = k.currency
-              AND p.node = k.ResourceId)
-  AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
-                  AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))
-GROUP BY ALL""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_weights AS
-WITH sets AS (SELECT {node}, sum(w) AS tot FROM ba_k8s_parts GROUP BY ALL),
+    # period), against which the parts' weights are set; a line over several hours weighs each of them; its key
+    # of the largest cost (ties: the key's order) speaks for what no pod covers
+    out.append(("ba_k8s_own", f"""
+WITH rows AS (
+  SELECT k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs, coalesce(g.effective, 0) AS e,
+         g.h, {_order(ks)} AS po, k.BillingAccountId AS account
+  FROM {groups} g JOIN {keys} k ON k.h = g.h
+  WHERE g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND {period_filter(period)}
+    AND EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.provider = k.provider AND p.currency = k.currency
+                AND p.node = k.ResourceId)
+    AND NOT EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.ph = g.h AND p.provider = k.provider
+                    AND p.currency = k.currency AND p.node = k.ResourceId AND p.hs = date_trunc('hour', g.cps))),
+ranked AS (
+  SELECT r.*, row_number() OVER (PARTITION BY {node} ORDER BY r.e DESC, r.po ASC NULLS FIRST, r.h) AS rn FROM rows r)
+SELECT {node}, sum(e) AS amt, max(CASE WHEN rn = 1 THEN h END) AS oh, min(account) AS account
+FROM ranked GROUP BY {node}"""))
+    out.append(("ba_k8s_weights", f"""
+WITH sets AS (SELECT {node}, sum(w) AS tot FROM ba_k8s_parts GROUP BY {node}),
 own AS (SELECT o.* FROM ba_k8s_own o JOIN sets s USING ({node})),
 sized AS (SELECT s.*, greatest(s.tot, coalesce(o.amt, 0)) AS denom FROM sets s LEFT JOIN own o USING ({node}))
-SELECT p.provider, p.currency, p.node, p.hs, p.ph, p.w, z.denom,
-       row_number() OVER (PARTITION BY p.provider, p.currency, p.node, p.hs ORDER BY p.w DESC, p.ph) = 1
-         AND z.tot >= z.denom AS anchor
+SELECT p.provider, p.currency, p.node, p.hs, p.ph, p.po, p.w, z.denom,
+       row_number() OVER (PARTITION BY p.provider, p.currency, p.node, p.hs ORDER BY p.w DESC, p.po ASC NULLS FIRST,
+                          p.ph) = 1 AND z.tot >= z.denom AS anchor
 FROM ba_k8s_parts p JOIN sized z USING ({node}) WHERE z.denom > 0
 UNION ALL  -- what the pods do not cover: the node's unallocated share (ph NULL: the line's own key)
-SELECT provider, currency, node, hs, NULL, denom - tot, denom, TRUE FROM sized WHERE denom > tot AND denom > 0""")
+SELECT provider, currency, node, hs, NULL, NULL, denom - tot, denom, TRUE FROM sized WHERE denom > tot AND denom > 0"""))
     # an interruption event of a node in an hour it was shared: each job row's share of it (in 1e-12 units, the
     # remainder to the anchor part, so the shares add up to one event); what no pod covers: the node's own key
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_k8s_events AS
+    out.append(("ba_k8s_events", f"""
 WITH cut AS (
-  SELECT w.*, {UNIT}::HUGEINT * {_units('w.w')} // {_units('w.denom')} AS u FROM ba_k8s_weights w),
+  SELECT w.*, CAST({UNIT} AS HUGEINT) * {_units('w.w')} // {_units('w.denom')} AS u FROM ba_k8s_weights w),
 fixed AS (
-  SELECT c.*, c.u + CASE WHEN c.anchor THEN {UNIT}::HUGEINT - sum(c.u) OVER (PARTITION BY {node}) ELSE 0 END AS units
+  SELECT c.*, c.u + CASE WHEN c.anchor THEN CAST({UNIT} AS HUGEINT) - sum(c.u) OVER (PARTITION BY {node}) ELSE 0 END
+         AS units
   FROM cut c)
 SELECT f.provider, f.currency, f.node, f.hs, a.job, a.team, o.account, sum(f.units) AS units
 FROM fixed f JOIN (SELECT provider, currency, ResourceId AS node, min(BillingAccountId) AS account FROM {keys}
-                   WHERE ResourceId IS NOT NULL GROUP BY ALL) o USING (provider, currency, node)
+                   WHERE ResourceId IS NOT NULL GROUP BY provider, currency, ResourceId) o USING (provider, currency, node)
 LEFT JOIN ba_k8s_own n USING ({node})
 JOIN ba_attr a ON a.h = coalesce(f.ph, n.oh)
-GROUP BY ALL""")
-    gcols = [r[0] for r in con.execute(f"DESCRIBE {groups}").fetchall()]
+GROUP BY f.provider, f.currency, f.node, f.hs, a.job, a.team, o.account"""))
     keep = [c for c in gcols if c not in SHARED and c not in COUNTED and c != "h"]
+    measured = [m for m in SHARED if m in gcols]
     shared = []
-    for m in SHARED:
+    for m in measured:
         part = f"{_units('t.' + m)} * {_units('w.w')} // {_units('w.denom')}"
         rest = f"{_units('t.' + m)} - sum({part}) OVER (PARTITION BY t.tid)"
         shared.append(f"{_back(f'{part} + CASE WHEN w.anchor THEN {rest} ELSE 0 END')} AS {m}")
-    counted = [f"CASE WHEN w.anchor THEN t.{c} ELSE 0 END AS {c}" for c in COUNTED]
-    plain = [f"CAST(g.{m} AS DECIMAL(38,12)) AS {m}" for m in SHARED] + [f"g.{c}" for c in COUNTED]
-    pod_hours = "CASE WHEN EXISTS (SELECT 1 FROM ba_k8s_parts p WHERE p.pod AND p.ph = g.h) THEN NULL ELSE g.hours END"
-    plain = [f"CAST({pod_hours} AS DECIMAL(38,12)) AS hours" if m.endswith(" AS hours") else m for m in plain]
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_split_groups AS
+    counted = [f"CASE WHEN w.anchor THEN t.{c} ELSE 0 END AS {c}" for c in COUNTED if c in gcols]
+    # a pod record's spot hours are its node's: not counted again
+    plain = [f"CAST({'CASE WHEN pk.ph IS NULL THEN g.hours END' if m == 'hours' else 'g.' + m} AS DECIMAL(38,12)) "
+             f"AS {m}" for m in measured] + [f"g.{c}" for c in COUNTED if c in gcols]
+    same = " AND ".join(["t.h = g.h", "t.signal = g.signal", "t.cps = g.cps"] + [
+        f"t.{c} IS NOT DISTINCT FROM g.{c}" for c in ("bps", "day", "rank", "cpe")])
+    out.append(("ba_split_groups", f"""
 WITH targets AS (
   SELECT g.*, k.provider, k.currency, k.ResourceId AS node, date_trunc('hour', g.cps) AS hs,
-         row_number() OVER () AS tid
+         row_number() OVER (ORDER BY g.h, g.bps, g.day, g.rank, g.signal, g.cps, g.cpe) AS tid
   FROM {groups} g JOIN {keys} k ON k.h = g.h
   WHERE g.cps IS NOT NULL AND {period_filter(period)}
     AND EXISTS (SELECT 1 FROM ba_k8s_weights w WHERE w.provider = k.provider AND w.currency = k.currency
@@ -203,27 +243,43 @@ denoms AS (
   GROUP BY x.tid
 ),
 pw AS (
-  SELECT x.tid, w.ph, sum(w.w) AS w FROM hours x JOIN ba_k8s_weights w
+  SELECT x.tid, w.ph, w.po, sum(w.w) AS w FROM hours x JOIN ba_k8s_weights w
     ON w.provider = x.provider AND w.currency = x.currency AND w.node = x.node AND w.hs = x.hs AND w.ph IS NOT NULL
-  GROUP BY x.tid, w.ph
+  GROUP BY x.tid, w.ph, w.po
 ),
 pt AS (SELECT tid, sum(w) AS tot FROM pw GROUP BY tid),
 tw AS (  -- each line's parts over its hours, and what no pod covers (ph NULL); the anchor takes the remainder
   SELECT pw.tid, pw.ph, pw.w, d.denom,
-         row_number() OVER (PARTITION BY pw.tid ORDER BY pw.w DESC, pw.ph) = 1 AND pt.tot >= d.denom AS anchor
-  FROM pw JOIN denoms d USING (tid) JOIN pt USING (tid)
+         row_number() OVER (PARTITION BY pw.tid ORDER BY pw.w DESC, pw.po ASC NULLS FIRST, pw.ph) = 1
+           AND pt.tot >= d.denom AS anchor
+  FROM pw JOIN denoms d ON d.tid = pw.tid JOIN pt ON pt.tid = pw.tid
   UNION ALL
-  SELECT d.tid, NULL, d.denom - coalesce(pt.tot, 0), d.denom, TRUE FROM denoms d LEFT JOIN pt USING (tid)
+  SELECT d.tid, NULL, d.denom - coalesce(pt.tot, 0), d.denom, TRUE FROM denoms d LEFT JOIN pt ON pt.tid = d.tid
   WHERE d.denom > coalesce(pt.tot, 0)
 )
 SELECT g.h, g.h AS ah, FALSE AS split, {", ".join(f"g.{c}" for c in keep)}, {", ".join(plain)}
-FROM {groups} g WHERE {period_filter(period)} AND NOT EXISTS (
-  SELECT 1 FROM targets t WHERE t.h = g.h AND t.bps IS NOT DISTINCT FROM g.bps AND t.day IS NOT DISTINCT FROM g.day
-    AND t.rank IS NOT DISTINCT FROM g.rank AND t.signal = g.signal AND t.cps = g.cps AND t.cpe IS NOT DISTINCT FROM g.cpe)
+FROM {groups} g LEFT JOIN (SELECT DISTINCT ph FROM ba_k8s_parts WHERE pod) pk ON pk.ph = g.h
+WHERE {period_filter(period)} AND NOT EXISTS (SELECT 1 FROM targets t WHERE {same})
 UNION ALL
 SELECT t.h, coalesce(w.ph, t.h) AS ah, TRUE AS split, {", ".join(f"t.{c}" for c in keep)}, {", ".join(shared)},
        {", ".join(counted)}
-FROM targets t JOIN tw w ON w.tid = t.tid""")
+FROM targets t JOIN tw w ON w.tid = t.tid"""))
+    return out
+
+
+def build(con: duckdb.DuckDBPyConnection, groups: str, keys: str, period: str | None) -> str | None:
+    """:func:`steps` as temp tables on `con`; the name of the last (``ba_split_groups``), or None when no node in
+    the period has parts (the groups are then used as they are)."""
+    for t in ("ba_k8s_weights", "ba_split_groups", "ba_k8s_own", "ba_k8s_events"):  # another period's, prepared earlier on this connection
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    gcols = [r[0] for r in con.execute(f"DESCRIBE {groups}").fetchall()]
+    (name, parts), *rest = steps(groups, keys, period, gcols, has_split_columns(con))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {parts}")
+    row = con.execute(f"SELECT count(*) FROM {name}").fetchone()
+    if not row or not row[0]:
+        return None
+    for name, sql in rest:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
     return "ba_split_groups"
 
 

@@ -577,7 +577,8 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
     rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run, fired=rules_fired)
-    warnings += kubernetes.pod_record_warnings(store, period, engine=engine_run is not None)
+    unshared = engine_run is not None and _engine_name(store, engine_run) not in kubernetes.ENGINES
+    warnings += kubernetes.pod_record_warnings(store, period, engine=unshared)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
     rep.accounts = _accounts_frame(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)

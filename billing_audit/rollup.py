@@ -354,9 +354,10 @@ def _mode(value: str, part: str, source: str) -> str:
 
 
 def attribution_ctes(cfg: Config, groups: str, keys: str, period: str | None,
-                     tags_extracted: bool = False) -> list[tuple[str, str]]:
+                     tags_extracted: bool = False, labelled: str | None = None) -> list[tuple[str, str]]:
     """Step 2 as named CTEs, the last (``ba_attr``) giving (h, job, team) for every key with lines in the
-    period.  `tags_extracted`: the keys carry tag_job/tag_team already (engines that cannot group by a map)."""
+    period.  `tags_extracted`: the keys carry tag_job/tag_team already (engines that cannot group by a map);
+    `labelled`: then, what says the key is a node's GKE cost-allocation row (None: the keys do not say)."""
     a = cfg.attribution
     accounts = " ".join(f"WHEN {lit(k)} THEN {lit(v.strip().lower())}" for k, v in a.account_teams.items())
 
@@ -372,7 +373,7 @@ def attribution_ctes(cfg: Config, groups: str, keys: str, period: str | None,
         return ("CASE " + " ".join(whens) + " END") if whens else "CAST(NULL AS VARCHAR)"
 
     # a node's rows split by GKE cost allocation (billing_audit.kubernetes); engines' keys carry no tag map
-    pod = "FALSE" if tags_extracted else "k.Tags['k8s-namespace'] IS NOT NULL"
+    pod = (labelled or "FALSE") if tags_extracted else "k.Tags['k8s-namespace'] IS NOT NULL"
     job, team = (("k.tag_job", "k.tag_team") if tags_extracted
                  else (first_tag(job_tag_keys(cfg)), first_tag(team_tag_keys(cfg))))
     return [

@@ -33,6 +33,7 @@ import duckdb
 from billing_audit import rollup
 from billing_audit.config import Config
 from billing_audit.ddl import RESULT_TABLES
+from billing_audit.engines import k8s_share
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
@@ -70,8 +71,9 @@ def check_rules(rules: Sequence[Rule], engine: str, params: dict[str, Any] | Non
 
 
 def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
-                   checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-    """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back."""
+                   checkpoint: dict[str, Any] | None = None, k8s: bool = False) -> list[tuple[str, str]]:
+    """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back.  ``k8s``: share
+    Kubernetes nodes' lines out to their pods' jobs in the query (:mod:`billing_audit.engines.k8s_share`)."""
     if basis not in rollup.COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     hits = " UNION ALL ".join(
@@ -90,31 +92,45 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
         "l.x_Provider", "COALESCE(l.BillingCurrency, '?')", "l.ResourceId", "l.ResourceName", "l.SubAccountId",
         "l.BillingAccountId", job, team, *(e for _, e in rollup.GROUP_COLUMNS),
     ]
-    same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in KEY)
+    key = KEY + [c for c, _ in k8s_share.KEY_COLUMNS] * k8s
+    g0_cols[len(KEY):len(KEY)] = key[len(KEY):]
+    g0_exprs[len(KEY):len(KEY)] = [e for _, e in k8s_share.KEY_COLUMNS] * k8s
+    same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM g0.{c}" for c in key)
     bases = () if basis == "list" else (basis,)  # list cost is summed anyway
+    if k8s and basis != "effective":  # the pods' weights
+        bases = ("effective", *bases)
     cost_pick = "" if basis == "list" else f" g0.{basis} AS {basis},"
     priced_pick = "" if basis == "list" else (f", g0.priced_{basis} AS priced_{basis}, "
                                               f"g0.unpriced_{basis} AS unpriced_{basis}")
+    if k8s and basis != "effective":
+        cost_pick += " g0.effective AS effective,"
     ctes: list[tuple[str, str]] = [
         ("checkpoint_resources", checkpoint_sql(checkpoint)),
         ("hits", hits),
         ("ranks", rollup.ranks_sql("hits")),
+        *([("k8s_nodes", k8s_share.nodes_sql(period))] if k8s else []),
         ("g0", f"""
 SELECT {", ".join(f"{e} AS {c}" for e, c in zip(g0_exprs, g0_cols, strict=True))},
        {rollup.measures(bases)}
-FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId
+FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId{k8s_share.NODES_JOIN * k8s}
 WHERE {pf}
 GROUP BY {", ".join(g0_exprs)}"""),
         ("line_group_keys", f"""
-SELECT ROW_NUMBER() OVER (ORDER BY {", ".join(KEY)}) AS h, {", ".join(KEY)}
-FROM (SELECT DISTINCT {", ".join(KEY)} FROM g0) d"""),
+SELECT ROW_NUMBER() OVER (ORDER BY {", ".join(key)}) AS h, {", ".join(key)}
+FROM (SELECT DISTINCT {", ".join(key)} FROM g0) d"""),
         ("line_groups", f"""
 SELECT k.h AS h, g0.bps AS bps, g0.day AS day, g0.rank AS rank, g0.signal AS signal, g0.cps AS cps, g0.cpe AS cpe,
        g0.n AS n,{cost_pick} g0.list AS list, g0.fee_n AS fee_n, g0.hours AS hours, g0.od AS od{priced_pick}
 FROM g0 JOIN line_group_keys k ON {same}"""),
     ]
-    ctes += rollup.attribution_ctes(cfg, "line_groups", "line_group_keys", period, tags_extracted=True)
-    ctes += rollup.aggregate_steps("line_groups", "line_group_keys", period, basis)
+    ks = k8s_share.keys(key, g0_exprs[:len(key)], "line_group_keys")
+    ctes += rollup.attribution_ctes(cfg, "line_groups", "line_group_keys", period, tags_extracted=True,
+                                    labelled=ks.labelled if k8s else None)
+    gcols = ["h", *(c for c, _ in rollup.GROUP_COLUMNS), "n", *bases, "list", "fee_n", "hours", "od",
+             *(f"{p}_{b}" for b in bases if b == basis for p in ("priced", "unpriced"))]
+    ctes += k8s_share.share_steps("line_groups", "line_group_keys", period, gcols, ks) if k8s else []
+    ctes += rollup.aggregate_steps("ba_split_groups" if k8s else "line_groups", "line_group_keys", period, basis,
+                                   split=k8s)
     ctes.append(("fired", f"""
 SELECT h.rule_id AS rule_id, h.category AS category, COUNT(*) AS n
 FROM hits h JOIN line_items l ON l.x_LineItemId = h.x_LineItemId
@@ -136,14 +152,15 @@ WHERE {pf} GROUP BY h.rule_id, h.category"""))
         row("win", base | {c: c for c in ("category", "signal", "n", "cost", "fee_n", "s", "e", "account")})
         + " FROM ba_win",
         row("rule", {"rule_id": "rule_id", "category": "category", "n": "n"}) + " FROM fired",
+        *([row(k8s_share.KIND, base | k8s_share.RESULT) + " FROM ba_k8s_events"] if k8s else []),
     ])
     return [*ctes, ("result", final)]
 
 
 def pipeline_sql(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
-                 checkpoint: dict[str, Any] | None = None) -> str:
+                 checkpoint: dict[str, Any] | None = None, k8s: bool = False) -> str:
     """The audit query as one DuckDB statement (rules as written, $params still to bind); see to_engine."""
-    parts = pipeline_parts(rules, cfg, period, basis, checkpoint)
+    parts = pipeline_parts(rules, cfg, period, basis, checkpoint, k8s)
     return "WITH " + ",\n".join(f"{n} AS ({b})" for n, b in parts[:-1]) + "\n" + parts[-1][1]
 
 
@@ -155,14 +172,15 @@ def bound_values(rules: Sequence[Rule], params: dict[str, Any] | None) -> dict[s
 
 
 # steps an engine that runs them one by one (Spark) keeps in memory: each is read more than once
-CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr"}
+CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr", *k8s_share.CACHED_STEPS}
 
 
 def engine_sql(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
                params: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> str:
     """The audit query for `engine`; a rule that cannot run there raises RuleNotPortable (at load time)."""
     check_rules(rules, engine, params)  # names the rule that does not translate
-    return to_engine(pipeline_sql(rules, cfg, period, basis, checkpoint), engine, bound_values(rules, params))
+    sql = pipeline_sql(rules, cfg, period, basis, checkpoint, k8s_share.shares(engine))
+    return to_engine(sql, engine, bound_values(rules, params))
 
 
 def engine_steps(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
@@ -171,7 +189,8 @@ def engine_steps(engine: str, rules: Sequence[Rule], cfg: Config, period: str | 
     """The steps as `engine` SQL, for engines that run them as views one at a time."""
     check_rules(rules, engine, params)
     values = bound_values(rules, params)
-    return [(n, to_engine(sql, engine, values)) for n, sql in pipeline_parts(rules, cfg, period, basis, checkpoint)]
+    parts = pipeline_parts(rules, cfg, period, basis, checkpoint, k8s_share.shares(engine))
+    return [(n, to_engine(sql, engine, values)) for n, sql in parts]
 
 
 @dataclass
@@ -244,9 +263,10 @@ def load_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         "ba_fired": "rule_id, category, n AS lines",
     }
     kinds = {"ba_agg": "agg", "ba_spot_hours": "hours", "ba_spot_res": "res", "ba_win": "win", "ba_fired": "rule"}
-    # an engine shares no Kubernetes node out: a local report's shares prepared earlier on `con` do not apply
-    for t in ("ba_k8s_events", "ba_k8s_weights", "ba_split_groups"):
+    # a local report's shares prepared earlier on `con` do not apply; the run's own interruption shares do
+    for t in ("ba_k8s_weights", "ba_split_groups"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
+    k8s_share.load(con, run_id)
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS unpriced DECIMAL(38,12)")  # runs of older versions
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS od_cost DECIMAL(38,12)")
     con.execute("ALTER TABLE engine_results ADD COLUMN IF NOT EXISTS account VARCHAR")

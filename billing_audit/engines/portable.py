@@ -138,6 +138,9 @@ def _bigquery_lists(tree: exp.Expression) -> exp.Expression:
 
 
 def _rewrite(tree: exp.Expression, engine: str) -> exp.Expression:
+    for n0 in list(tree.find_all(exp.DataType)):  # HUGEINT (1e-12 units, billing_audit.kubernetes): exact decimals
+        if n0.this == exp.DataType.Type.INT128:
+            n0.replace(exp.DataType.build("DECIMAL(38,0)"))
     for n6 in list(tree.find_all(exp.Bracket)):  # innermost first does not matter: keys are plain
         if _is_tags(n6.this) and len(n6.expressions) == 1:
             n6.replace(_tag_lookup(n6.this, n6.expressions[0], engine))

@@ -304,9 +304,9 @@ def test_athena_audit_query_gives_the_local_report(kind: str, aws_local: dict[st
 
 
 def test_an_engine_run_over_kubernetes_pod_records_says_nodes_are_not_shared(tmp_path: Path) -> None:
-    """The audit query (DuckDB's own dialect, the engines' SQL before transpiling) over the EKS split cost
-    allocation fixture: the engine attributes the 10 pod records by their labels but cannot share node A's and
-    B's lines out, so the report warns, naming the records; the local report does not."""
+    """The audit query Athena and BigQuery run (DuckDB's own dialect, before transpiling; no node sharing) over the
+    EKS split cost allocation fixture: the engine attributes the 10 pod records by their labels but cannot share
+    node A's and B's lines out, so the report of its run warns, naming the records; the local report does not."""
     db = tmp_path / "eks.duckdb"
     with billing_audit.open(db) as store:
         assert not store.ingest([str(FIXTURES / "aws" / "cur2-eks")]).errors
@@ -314,7 +314,7 @@ def test_an_engine_run_over_kubernetes_pod_records_says_nodes_are_not_shared(tmp
         local = build_report(store, Config(), "2026-07")  # first: its node shares are prepared on the connection
         sql = pipeline.pipeline_sql(RULES, Config(), "2026-07", "effective")
         rows = [tuple(r) for r in store.con.execute(sql, pipeline.bound_values(RULES, None)).fetchall()]
-        run = pipeline.EngineRun("duckdb", "line_items", "2026-07", "effective", sql,
+        run = pipeline.EngineRun("athena", "line_items", "2026-07", "effective", sql,
                                  pipeline.config_key(Config(), RULES, None))
         run_id = pipeline.store_results(store.con, run, rows)
         got = build_report(store, Config(), "2026-07", "effective", engine_run=run_id)
