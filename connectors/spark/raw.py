@@ -18,6 +18,10 @@ the store's canonical lines:
    driver as a small aggregate; the driver orders the deliveries of each export with
    :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
    slice's newest delivery.
+4. **Overlaps counted once**, as the store counts them: where two exports deliver the same slice, the lines both
+   hold are counted in one of them by the ``[exports]`` policy (:class:`Overlaps`), said in the store's notes.
+   ``--spark-write-lines URI`` writes the kept lines in the layout of ``billing-audit lines-export``
+   (:func:`write_lines`).
 
 What the raw path covers, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a
 shared file system), each file read as local ingest reads it (:func:`billing_audit.reader.readable`: a zip's
@@ -56,8 +60,6 @@ So line ids and source rows are local ingest's.  What it refuses, each with the 
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
   U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - price files (``billing-audit prices``): an engine holds no price references;
-- two exports delivering the same provider x billing account x period (local ingest counts their shared lines
-  once, by the ``[exports]`` policy): refused naming the slice and both exports;
 - ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
 
 Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.  A file of no rows is an

@@ -149,6 +149,16 @@ def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path
                    spark_raw=str(tmp_path / "nowhere"))
 
 
+def _edited_cost(src: Path, dst: Path, cost: str) -> None:
+    """A CUR 2.0 parquet file written again with its unblended cost replaced by `cost` (SQL over the file's columns
+    and ``file_row_number``), its rows in order."""
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE ({cost} AS line_item_unblended_cost) FROM "
+                f"read_parquet('{src}', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
+                f"TO '{dst}' (FORMAT parquet)")
+    con.close()
+
+
 def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: Path) -> None:
     # a FOCUS CSV whose 15th record has too few fields, or whose last holds a byte that is not UTF-8 past the
     # first 64 KB the driver checks: local ingest refuses both, and so does Spark, naming the file and the row
@@ -179,12 +189,8 @@ def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: 
     src = FIXTURES / "aws" / "cur2" / "exports" / "gpu-cur2" / "data" / "BILLING_PERIOD=2026-10"
     bad = tmp_path / "bad" / "BILLING_PERIOD=2026-10" / "bad-00001.snappy.parquet"
     bad.parent.mkdir(parents=True)
-    con = duckdb.connect()
-    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE (CASE WHEN file_row_number = 2 THEN NULL ELSE "
-                f"line_item_unblended_cost END AS line_item_unblended_cost) FROM read_parquet('{src}/gpu-cur2-00001."
-                f"snappy.parquet', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
-                f"TO '{bad}' (FORMAT parquet)")
-    con.close()
+    _edited_cost(src / "gpu-cur2-00001.snappy.parquet", bad, "CASE WHEN file_row_number = 2 THEN NULL ELSE "
+                 "line_item_unblended_cost END")
     with billing_audit.open(tmp_path / "l.duckdb") as store:
         local = store.ingest([bad.parent.parent]).errors
     assert local and local[0].file == str(bad)
@@ -490,12 +496,8 @@ def _overlapping(root: Path) -> Path:
     src = root / "a/exports/gpu-cur2/data/BILLING_PERIOD=2026-10/gpu-cur2-00001.snappy.parquet"
     dst = root / "b/exports/gpu-cur2-sub/data/BILLING_PERIOD=2026-10/gpu-cur2-sub-00001.snappy.parquet"
     dst.parent.mkdir(parents=True)
-    con = duckdb.connect()
-    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE (CASE WHEN file_row_number < 2 THEN "
-                f"line_item_unblended_cost + 1 ELSE line_item_unblended_cost END AS line_item_unblended_cost) FROM "
-                f"read_parquet('{src}', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
-                f"TO '{dst}' (FORMAT parquet)")
-    con.close()
+    _edited_cost(src, dst, "CASE WHEN file_row_number < 2 THEN line_item_unblended_cost + 1 ELSE "
+                 "line_item_unblended_cost END")
     return root
 
 
