@@ -1084,8 +1084,8 @@ def lines_target(spark: Any, uri: str) -> LinesTarget:
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - Hadoop's FileSystem: the one API every Spark URI has
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
     hpath = jvm.org.apache.hadoop.fs.Path
-    try:
-        target = hpath(uri)
+    try:  # a local folder made absolute: the JVM's working folder is where it started, not ours
+        target = hpath(uri if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", uri) else str(Path(uri).resolve()))
         fs = target.getFileSystem(conf)
         busy = fs.exists(target) and len(fs.listStatus(target)) > 0
         ours = fs.exists(hpath(target, LINES_MARKER))
@@ -1114,7 +1114,8 @@ def write_lines(frame: Any, to: LinesTarget, n: int) -> None:
             return c.cast("timestamp_ntz").alias(name)
         return c.cast("bigint").alias(name) if name == "x_IngestId" else c
 
-    fs, partial = to.fs, to.hpath(to.uri.rstrip("/") + ".partial")
+    fs = to.fs
+    partial = to.hpath(to.path.getParent(), to.path.getName() + ".partial")
     out = frame.select(*[column(f.name, f.dataType) for f in frame.schema.fields], _period_column().alias("billing_period"))
     try:
         fs.delete(partial, True)
