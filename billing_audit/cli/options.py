@@ -232,8 +232,8 @@ basis_option = click.option(
 
 
 # -- engines ------------------------------------------------------------------------------------------------------
-ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "spark_source", "spark_raw", "bq_table", "bq_project", "bq_endpoint",
-                  "max_bytes_billed", "athena_table", "athena_kind", "athena_workgroup", "athena_output",
+ENGINE_OPTIONS = ("engine", "spark_master", "spark_lines", "spark_source", "spark_raw", "spark_write_lines", "bq_table",
+                  "bq_project", "bq_endpoint", "max_bytes_billed", "athena_table", "athena_kind", "athena_workgroup", "athena_output",
                   "aws_profile", "aws_region", "aws_endpoint")
 
 
@@ -308,6 +308,11 @@ def engine_options(f: Any) -> Any:
         click.option("--spark-raw", metavar="FOLDER",
                      help="Spark: the export folder --source raw reads (several: joined by the path separator, "
                           "':' on Linux); `audit` takes its PATHS."),
+        click.option("--spark-write-lines", metavar="URI",
+                     help="Spark --source raw: also write the kept canonical lines there, as parquet partitioned by "
+                          "x_Provider and billing_period (the layout of `billing-audit lines-export`: "
+                          "`--spark-lines URI` reads them); a folder it wrote before is replaced whole, any other "
+                          "non-empty one refused."),
         click.option("--bq-table", metavar="PROJECT.DATASET.TABLE", help="BigQuery: the GCP billing export table."),
         click.option("--bq-project", help="BigQuery: the project that runs the query (default: the table's)."),
         click.option("--bq-endpoint", metavar="URL", help="BigQuery: another API endpoint (tests, proxies)."),

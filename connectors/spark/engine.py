@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from billing_audit.config import Config
 from billing_audit.engines.base import Engine, EngineOptions, EngineRunResult
@@ -214,6 +215,21 @@ class SparkOptions(EngineOptions):
                           "':' on Linux); `audit` takes its PATHS.",
         json_schema_extra={"flag": "--spark-raw", "metavar": "FOLDER"})
 
+    spark_write_lines: str | None = Field(
+        None, description="Spark --source raw: also write the kept canonical lines there, as parquet partitioned by "
+                          "x_Provider and billing_period (the layout of `billing-audit lines-export`: "
+                          "`--spark-lines URI` reads them); a folder it wrote before is replaced whole, any other "
+                          "non-empty one refused.",
+        json_schema_extra={"flag": "--spark-write-lines", "metavar": "URI"})
+
+    @field_validator("spark_write_lines")
+    @classmethod
+    def _raw_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("spark_source") != "raw":
+            raise ValueError("only with --source raw, whose kept lines it writes (`billing-audit lines-export` "
+                             "writes the store's)")
+        return value
+
     def raw_paths(self) -> list[Path]:
         return [Path(p) for p in (self.spark_raw or "").split(os.pathsep) if p]
 
@@ -244,6 +260,7 @@ class SparkEngine(Engine):
         assert isinstance(options, SparkOptions)
         if options.spark_source != "raw":
             return None
+        from billing_audit.config import load_config
         from connectors.spark import raw
 
         with raw.plan(self._raw_paths(options)) as plan:
@@ -252,7 +269,8 @@ class SparkEngine(Engine):
                 spark = session(options.spark_master)
                 spark.sparkContext.setLogLevel("ERROR")
                 try:
-                    kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan))
+                    policy = load_config(None).overlap_policy()  # ./billing-audit.toml's [exports], as ingest's
+                    kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan), policy)
                 except BillingAuditError as e:  # a file Spark cannot map, an overlap: said, beside the plan
                     return raw.describe(plan, None) + f"\nSpark cannot settle the slices: {e}"
             return raw.describe(plan, kept)
@@ -280,7 +298,7 @@ class SparkEngine(Engine):
         assert isinstance(options, SparkOptions)
         steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
         if options.spark_source == "raw":
-            return self._run_raw(steps, rules, params, options, self.source(store, options))
+            return self._run_raw(steps, rules, params, options, self.source(store, options), cfg)
         lines = options.spark_lines
         if lines is None:
             lines = self.source(store, options)
@@ -290,7 +308,7 @@ class SparkEngine(Engine):
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, lines)
 
     def _run_raw(self, steps: list[tuple[str, str]], rules: Sequence[Rule], params: dict[str, Any],
-                 options: SparkOptions, source: str) -> EngineRunResult:
+                 options: SparkOptions, source: str, cfg: Config) -> EngineRunResult:
         from billing_audit.engines import pipeline
         from connectors.spark import raw
 
@@ -302,8 +320,11 @@ class SparkEngine(Engine):
             raw.refuse_errors(plan)
             spark = session(options.spark_master)
             spark.sparkContext.setLogLevel("ERROR")
+            target = raw.lines_target(spark, options.spark_write_lines) if options.spark_write_lines else None
             lines = raw.mapped_lines(spark, plan)
-            kept = raw.keep_newest(spark, plan, lines)
+            kept = raw.keep_newest(spark, plan, lines, cfg.overlap_policy())
+            for told in kept.notes:  # what an overlap of exports counted once or set aside: said, as local ingest says it
+                print(f"note: {told}", file=sys.stderr)
             # the kept lines materialised once, in partitions for their number: the audit's steps then plan over a
             # small relation, not the mappings, and each partition's aggregation fits its share of the memory
             partitions = partitions_for(kept.lines)
@@ -312,6 +333,8 @@ class SparkEngine(Engine):
             except Exception as e:  # noqa: BLE001 - a value a mapping refused
                 raise raw.input_error(e) from None
             try:
+                if target is not None:
+                    raw.write_lines(frame, target, kept.lines)
                 rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame,
                            partitions=partitions)
             finally:

@@ -18,6 +18,10 @@ the store's canonical lines:
    driver as a small aggregate; the driver orders the deliveries of each export with
    :func:`billing_audit.deliveries.order_key` exactly as the store does, and Spark keeps only the lines of each
    slice's newest delivery.
+4. **Overlaps counted once**, as the store counts them: where two exports deliver the same slice, the lines both
+   hold are counted in one of them by the ``[exports]`` policy (:class:`Overlaps`), said in the store's notes.
+   ``--spark-write-lines URI`` writes the kept lines in the layout of ``billing-audit lines-export``
+   (:func:`write_lines`).
 
 What the raw path covers, on a local folder (the driver and the executors see the same paths: ``local[N]`` or a
 shared file system), each file read as local ingest reads it (:func:`billing_audit.reader.readable`: a zip's
@@ -56,8 +60,6 @@ So line ids and source rows are local ingest's.  What it refuses, each with the 
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
   U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - price files (``billing-audit prices``): an engine holds no price references;
-- two exports delivering the same provider x billing account x period (local ingest counts their shared lines
-  once, by the ``[exports]`` policy): refused naming the slice and both exports;
 - ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
 
 Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.  A file of no rows is an
@@ -74,7 +76,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -689,20 +691,34 @@ class Slice:
     provider: str
     account: str | None
     period: Any  # datetime | None
-    lines: int
+    lines: int  # the lines the delivery holds in the slice
     delivery: int  # RawDelivery.index
+    gone: dict[int, int] = field(default_factory=dict)  # content key -> its first lines set aside by an overlap
+
+    @property
+    def left(self) -> int:
+        """The lines the slice keeps: all but those another export counts (:class:`Overlaps`)."""
+        return self.lines - sum(self.gone.values())
+
+    @property
+    def key(self) -> tuple[str, str | None, Any]:
+        return (self.provider, self.account, self.period)
 
 
 @dataclass
 class Kept:
-    """Which delivery each slice's lines come from, and the slices of older deliveries left out."""
+    """Which delivery each slice's lines come from, the slices of older deliveries left out, and what the
+    overlaps of exports set aside (said in ``notes``, in the store's words)."""
 
     kept: list[Slice]
     superseded: list[Slice]
+    overlapped: list[Slice] = field(default_factory=list)  # every line counted in another export: set aside
+    notes: list[str] = field(default_factory=list)
+    overlapped_rows: int = 0
 
     @property
     def lines(self) -> int:
-        return sum(s.lines for s in self.kept)
+        return sum(s.left for s in self.kept)
 
 
 def _reason(e: Exception) -> str:
@@ -751,7 +767,7 @@ def mapped_lines(spark: Any, p: Plan) -> Any:
     return out
 
 
-def keep_newest(spark: Any, p: Plan, lines: Any) -> Kept:
+def keep_newest(spark: Any, p: Plan, lines: Any, policy: dl.OverlapPolicy | None = None) -> Kept:
     """Newest delivery per export x provider x billing account x period, decided as the store decides it
     (:meth:`billing_audit.store.Store._settle_slices`): the deliveries in ingest order, each slice kept by
     the later one unless the one holding it is strictly newer (``deliveries.order_key``); a delivery dated only
@@ -784,6 +800,7 @@ def keep_newest(spark: Any, p: Plan, lines: Any) -> Kept:
         by_delivery.setdefault(index, []).append(m)
     owners: dict[tuple[str, str, str | None, Any], tuple[RawDelivery, Slice]] = {}
     superseded: list[Slice] = []
+    overlaps = Overlaps(lines, p, by_delivery, policy or dl.OverlapPolicy())
     for d in p.readable:
         got = by_delivery.get(d.index, [])
         dv = d.delivery
@@ -796,26 +813,135 @@ def keep_newest(spark: Any, p: Plan, lines: Any) -> Kept:
                 dv.version, dv.version_source = usage.replace(tzinfo=UTC), "latest usage"
         for r in got:
             s = Slice(r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"], int(r["count(1)"]), d.index)
-            key = (dv.export, s.provider, s.account, s.period)
+            key = (dv.export, *s.key)
             owner = owners.get(key)
             if owner is not None and owner[0].delivery.key != dv.key and owner[0].delivery.order > dv.order:
                 superseded.append(s)
                 continue
             if owner is not None:
-                superseded.append(owner[1])
-            owners[key] = (d, s)
-    kept = [s for _, s in owners.values()]
-    exports: dict[tuple[str, str | None, Any], list[str]] = {}
-    for (export, prov, acct, period), _ in owners.items():
-        exports.setdefault((prov, acct, period), []).append(export)
-    for (prov, acct, period), names in exports.items():
-        if len(names) > 1:
-            month = f"{period:%Y-%m}" if period else "?"
-            raise BillingAuditError(
-                f"exports {', '.join(repr(n) for n in sorted(names))} both deliver {prov} account {acct} {month}: "
-                "local ingest counts their shared lines once (the [exports] policy); the raw Spark path does not "
-                "settle overlaps: ingest them locally, or audit each export's folder on its own")
-    return Kept(kept, superseded)
+                superseded.append(owners.pop(key)[1])
+            if overlaps.settle(d, s, owners) > 0:
+                owners[key] = (d, s)
+    return Kept([s for _, s in owners.values()], superseded, overlaps.set_aside, overlaps.notes, overlaps.rows)
+
+
+# What makes two lines of two exports the same line: the store's LINE_CONTENT (billing_audit.store), as one key
+CONTENT = ("x_Provider", "BillingAccountId", "SubAccountId", "ResourceId", "ChargePeriodStart", "ChargePeriodEnd",
+           "ChargeCategory", "coalesce(x_UsageType, ChargeDescription)", "ConsumedQuantity", "BilledCost",
+           "BillingCurrency")
+
+
+def _content_key() -> Any:
+    """A line's content (:data:`CONTENT`) as one 64-bit key, as the store's ``hash(...)`` of it: each value
+    named in a JSON object, so NULLs and neighbouring columns are told apart."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.xxhash64(F.to_json(F.struct(*[F.expr(c).alias(f"c{i}") for i, c in enumerate(CONTENT)])))
+
+
+class Overlaps:
+    """Exports delivering the same lines for one provider x billing account x period, settled as the store
+    settles them (:meth:`billing_audit.store.Store._settle_overlap`), delivery after delivery in ingest order:
+    where a slice's delivery and another export's current one share lines (same :data:`CONTENT`), the export the
+    ``[exports]`` policy ranks lower (then fewer lines, then the older delivery) gives up its copies of them, its
+    first lines of each content by source file and row, and nothing else; ``keep = "both"`` counts both.
+
+    The counts come from Spark once (:meth:`_load`): per delivery, slice and content key, only for the slices
+    two exports deliver and the contents both hold (on the driver: one row per line two exports share)."""
+
+    def __init__(self, lines: Any, p: Plan, by_delivery: dict[int, list[Any]], policy: dl.OverlapPolicy) -> None:
+        self.lines, self.policy = lines, policy
+        self.deliveries = {d.index: d for d in p.readable}
+        exports: dict[tuple[str, str | None, Any], set[str]] = {}
+        for index, got in by_delivery.items():
+            for r in got:
+                exports.setdefault((r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"]), set()).add(
+                    self.deliveries[index].delivery.export)
+        self.shared_keys = {k for k, names in exports.items() if len(names) > 1}
+        self.pairs = [(index, (r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"]))
+                      for index, got in by_delivery.items() for r in got
+                      if (r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"]) in self.shared_keys]
+        self.counts: dict[tuple[int, tuple[str, str | None, Any]], dict[int, tuple[int, Any, Any]]] | None = None
+        self.set_aside: list[Slice] = []
+        self.notes: list[str] = []
+        self.rows = 0
+
+    def _load(self) -> dict[tuple[int, tuple[str, str | None, Any]], dict[int, tuple[int, Any, Any]]]:
+        from functools import reduce
+
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if self.counts is not None:
+            return self.counts
+        export = F.create_map(*[x for i, d in self.deliveries.items()
+                                for x in (F.lit(i), F.lit(d.delivery.export))])[F.col("_ba_delivery")]
+        cond = reduce(lambda a, b: a | b, [_slice_rows(i, *k) for i, k in self.pairs])
+        slice_cols = ["x_Provider", "BillingAccountId", "BillingPeriodStart"]
+        df = self.lines.where(cond).select("_ba_delivery", *slice_cols, _content_key().alias("h"), "BilledCost",
+                                           "BillingCurrency", export.alias("export"))
+        df = df.withColumn("exports", F.size(F.collect_set("export").over(Window.partitionBy(*slice_cols, "h"))))
+        try:
+            rows = (df.where(F.col("exports") > 1).groupBy("_ba_delivery", *slice_cols, "h")
+                    .agg(F.count(F.lit(1)).alias("n"), F.first("BilledCost").alias("c"),
+                         F.first("BillingCurrency").alias("cur")).collect())
+        except Exception as e:  # noqa: BLE001 - a value a mapping refused
+            raise input_error(e) from None
+        self.counts = {}
+        for r in rows:
+            k = (int(r["_ba_delivery"]), (r["x_Provider"], r["BillingAccountId"], r["BillingPeriodStart"]))
+            self.counts.setdefault(k, {})[int(r["h"])] = (int(r["n"]), r["c"], r["cur"])
+        return self.counts
+
+    def _left(self, s: Slice) -> dict[int, tuple[int, Any, Any]]:
+        """The slice's shared contents still in it: content key -> (lines, cost, currency)."""
+        return {h: (n - s.gone.get(h, 0), c, cur) for h, (n, c, cur) in self._load().get((s.delivery, s.key), {}).items()
+                if n > s.gone.get(h, 0)}
+
+    def settle(self, d: RawDelivery, s: Slice, owners: dict[tuple[str, str, str | None, Any],
+                                                          tuple[RawDelivery, Slice]]) -> int:
+        """Settle the slice ``s`` of delivery ``d`` with the other exports' current deliveries of its slice (in
+        ``owners``, which loses those left with no line); returns the lines ``s`` keeps (0: set aside)."""
+        if s.key not in self.shared_keys:
+            return s.left
+        others = sorted(((od, os) for (export, *k), (od, os) in owners.items()
+                         if tuple(k) == s.key and export != d.delivery.export), key=lambda o: o[0].index)
+        prov, acct, period = s.key
+        month = f"{period + timedelta(days=14):%Y-%m}" if period else "?"
+        for od, os in others:
+            mine, theirs = self._left(s), self._left(os)
+            both = {h: min(v[0], theirs[h][0]) for h, v in mine.items() if h in theirs}
+            n_shared = sum(both.values())
+            if n_shared == 0:
+                continue
+            costs = [mine[h][1] * n for h, n in both.items() if mine[h][1] is not None]
+            currencies = ",".join(sorted({str(mine[h][2]) for h in both if mine[h][2] is not None}))
+            cost = f"{sum(costs):,.2f} {currencies}" if costs else "no cost"
+            dv, ov = d.delivery, od.delivery
+            what = (f"exports {dv.export!r} and {ov.export!r} deliver {n_shared:,} of the same lines ({cost}) for "
+                    f"{prov} account {acct} {month}")
+            if self.policy.keep == "both":
+                self.notes.append(f"{what}: both counted ([exports] keep = \"both\")")
+                continue
+            rank, orank = (self.policy.rank(dv.export), -s.left), (self.policy.rank(ov.export), -os.left)
+            new_wins = rank < orank or (rank == orank and dv.order >= ov.order)
+            why = "listed first in [exports] prefer" if rank[0] != orank[0] else (
+                "more lines" if s.left != os.left else "newer delivery")
+            loser = os if new_wins else s
+            for h, n in both.items():
+                loser.gone[h] = loser.gone.get(h, 0) + n
+            self.rows += n_shared
+            kept_name, lost_label = (dv.export, ov.label) if new_wins else (ov.export, dv.label)
+            rest = (f"every line of {lost_label} for that period is in {kept_name!r}: it is set aside" if loser.left == 0
+                    else f"{lost_label} keeps its {loser.left:,} other lines")
+            self.notes.append(f"{what}: counted once, in {kept_name!r} ({why}); {rest} "
+                              "(choose with [exports] prefer or keep in the config)")
+            if new_wins and os.left == 0:
+                owners.pop((ov.export, *os.key))
+                self.set_aside.append(os)
+        if s.left == 0:
+            self.set_aside.append(s)
+        return s.left
 
 
 def input_error(e: Exception) -> BillingAuditError:
@@ -823,24 +949,41 @@ def input_error(e: Exception) -> BillingAuditError:
     return found or BillingAuditError(f"Spark could not read the export files: {_reason(e)}")
 
 
-def kept_lines(lines: Any, kept: Kept, partitions: int | None = None) -> Any:
-    """The lines of the kept slices only, without ``_ba_delivery``; in `partitions` partitions when given
-    (:func:`connectors.spark.engine.partitions_for`: a file is one partition or a few, too few for its lines)."""
-    from functools import reduce
-
+def _slice_rows(delivery: int, provider: str, account: str | None, period: Any) -> Any:
+    """The condition selecting a delivery's lines of one slice."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    def one(s: Slice) -> Any:
-        period = F.lit(None).cast("timestamp") if s.period is None else F.lit(
-            s.period.strftime("%Y-%m-%d %H:%M:%S")).cast("timestamp")
-        return ((F.col("_ba_delivery") == s.delivery) & F.col("x_Provider").eqNullSafe(F.lit(s.provider))
-                & F.col("BillingAccountId").eqNullSafe(F.lit(s.account).cast("string"))
-                & F.col("BillingPeriodStart").eqNullSafe(period))
+    start = F.lit(None).cast("timestamp") if period is None else F.lit(
+        period.strftime("%Y-%m-%d %H:%M:%S")).cast("timestamp")
+    return ((F.col("_ba_delivery") == delivery) & F.col("x_Provider").eqNullSafe(F.lit(provider))
+            & F.col("BillingAccountId").eqNullSafe(F.lit(account).cast("string"))
+            & F.col("BillingPeriodStart").eqNullSafe(start))
+
+
+def kept_lines(lines: Any, kept: Kept, partitions: int | None = None) -> Any:
+    """The lines of the kept slices only, without ``_ba_delivery``; of a slice an overlap cut, the lines another
+    export counts left out (of each content, the first by source file and row, as the store drops them); in
+    `partitions` partitions when given (:func:`connectors.spark.engine.partitions_for`: a file is one partition or
+    a few, too few for its lines)."""
+    from functools import reduce
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812
 
     if not kept.kept:
         raise BillingAuditError("the export files hold no lines")
-    cond = reduce(lambda a, b: a | b, [one(s) for s in kept.kept])
-    out = lines.where(cond).drop("_ba_delivery")
+    whole = [s for s in kept.kept if not s.gone]
+    frames = [lines.where(reduce(lambda a, b: a | b, [_slice_rows(s.delivery, *s.key) for s in whole]))] if whole else []
+    spark = lines.sparkSession
+    for s in kept.kept:
+        if not s.gone:
+            continue
+        cut = F.broadcast(spark.createDataFrame([(h, n) for h, n in s.gone.items()], "_ba_h BIGINT, _ba_cut BIGINT"))
+        rn = F.row_number().over(Window.partitionBy("_ba_h").orderBy("x_SourceFile", "x_SourceRow"))
+        part = lines.where(_slice_rows(s.delivery, *s.key)).withColumn("_ba_h", _content_key()).withColumn("_ba_rn", rn)
+        frames.append(part.join(cut, "_ba_h", "left").where(F.col("_ba_rn") > F.coalesce(F.col("_ba_cut"), F.lit(0)))
+                      .drop("_ba_h", "_ba_rn", "_ba_cut"))
+    out = reduce(lambda a, b: a.unionByName(b), frames).drop("_ba_delivery")
     return out if partitions is None else out.repartition(partitions)
 
 
@@ -866,11 +1009,14 @@ def describe(p: Plan, kept: Kept | None) -> str:
     """The dry run: each delivery, whether it is kept, superseded (per slice) or refused, its files and sizes."""
     mine: dict[int, list[str]] = {}
     gone: dict[int, list[str]] = {}
+    aside: dict[int, list[str]] = {}
     if kept is not None:
         for s in kept.kept:
             mine.setdefault(s.delivery, []).append(_slice_name(s))
         for s in kept.superseded:
             gone.setdefault(s.delivery, []).append(_slice_name(s))
+        for s in kept.overlapped:
+            aside.setdefault(s.delivery, []).append(_slice_name(s))
     out = []
     total = 0
     for d in p.deliveries:
@@ -879,12 +1025,9 @@ def describe(p: Plan, kept: Kept | None) -> str:
             status = f"refused: {d.error}"
         elif kept is None:
             status = "would read"
-        elif d.index in mine and d.index in gone:
-            status = f"kept for {', '.join(sorted(mine[d.index]))}; superseded for {', '.join(sorted(gone[d.index]))}"
-        elif d.index in mine:
-            status = f"kept: {', '.join(sorted(mine[d.index]))}"
         else:
-            status = f"superseded by a newer delivery: {', '.join(sorted(gone.get(d.index, []))) or 'no lines'}"
+            status = _status([(mine, "kept", "kept for"), (gone, "superseded by a newer delivery", "superseded for"),
+                              (aside, "set aside, every line counted in another export", "set aside for")], d.index)
         size = d.size
         total += size if d.error is None else 0
         out.append(f"{dv.label}  [{dv.export or dv.key}; dated {dv.version:%Y-%m-%d %H:%M} by {dv.version_source}; "
@@ -893,10 +1036,100 @@ def describe(p: Plan, kept: Kept | None) -> str:
             out.append(f"    {f.display}  {f.format}  {_size(f.size)}")
     for e in p.errors:
         out.append(f"{e.file}\n    refused: {e.reason}")
+    out.extend(f"note: {told}" for told in (kept.notes if kept is not None else []))
     out.append(f"{len(p.readable)} of {len(p.deliveries)} deliveries readable, {_size(total)} to read")
     return "\n".join(out)
 
 
+def _status(kinds: list[tuple[dict[int, list[str]], str, str]], index: int) -> str:
+    """What became of a delivery's slices: ``kept: ...`` when all are one way, else ``kept for ...; superseded for
+    ...``."""
+    mine = [(names[index], alone, mixed) for names, alone, mixed in kinds if index in names]
+    if not mine:
+        return "superseded by a newer delivery: no lines"
+    if len(mine) == 1:
+        return f"{mine[0][1]}: {', '.join(sorted(mine[0][0]))}"
+    return "; ".join(f"{mixed} {', '.join(sorted(names))}" for names, _, mixed in mine)
+
+
 def _slice_name(s: Slice) -> str:
     month = f"{s.period:%Y-%m}" if s.period is not None else "no period"
-    return f"{s.provider} {s.account} {month} ({s.lines:,} lines)"
+    cut = f", {s.lines - s.left:,} of them counted in another export" if s.left != s.lines and s.left else ""
+    return f"{s.provider} {s.account} {month} ({s.lines:,} lines{cut})"
+
+
+# -- the kept lines written back: the layout of `billing-audit lines-export` ----------------------------------------
+def _period_column() -> Any:
+    """``billing_period`` as the store's ``strftime(PERIOD, '%Y-%m')`` (:data:`billing_audit.store.PERIOD`)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.date_format(F.date_trunc("month", F.col("BillingPeriodStart") + F.expr("INTERVAL 14 DAYS")), "yyyy-MM")
+
+
+@dataclass
+class LinesTarget:
+    """Where ``--spark-write-lines`` writes: the URI, its Hadoop file system and path (checked before any work)."""
+
+    uri: str
+    fs: Any
+    path: Any
+    hpath: Any  # org.apache.hadoop.fs.Path
+
+
+def lines_target(spark: Any, uri: str) -> LinesTarget:
+    """The folder the kept lines go to, refused before anything is read when it is not empty and not written by
+    billing-audit (its marker file), as ``billing-audit lines-export`` refuses it."""
+    from billing_audit.engines import LINES_MARKER
+
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - Hadoop's FileSystem: the one API every Spark URI has
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    hpath = jvm.org.apache.hadoop.fs.Path
+    try:  # a local folder made absolute: the JVM's working folder is where it started, not ours
+        target = hpath(uri if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", uri) else str(Path(uri).resolve()))
+        fs = target.getFileSystem(conf)
+        busy = fs.exists(target) and len(fs.listStatus(target)) > 0
+        ours = fs.exists(hpath(target, LINES_MARKER))
+    except Exception as e:  # noqa: BLE001 - py4j's error: no such file system, or not reachable
+        raise BillingAuditError(f"--spark-write-lines {uri}: Spark cannot write there: {_reason(e)}") from None
+    if busy and not ours:
+        raise BillingAuditError(f"--spark-write-lines {uri}: not empty and not written by billing-audit; choose "
+                                "another folder (nothing was audited)")
+    return LinesTarget(uri, fs, target, hpath)
+
+
+def write_lines(frame: Any, to: LinesTarget, n: int) -> None:
+    """The kept lines as ``billing-audit lines-export`` writes the store's (:func:`billing_audit.engines.write_lines`):
+    parquet partitioned by ``x_Provider`` and ``billing_period``, money DECIMAL(38,12), times without a time zone (as
+    the store holds them), the marker file naming the lines' number; ``x_IngestId`` is 0 (nothing was ingested).
+    Written to ``URI.partial`` first, then put in place (:func:`lines_target` checked the folder): one this wrote
+    before is replaced whole.  Any URI Spark's file systems write (a local folder, ``s3a://``, ``abfss://``)."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.types import TimestampType
+
+    from billing_audit.engines import LINES_MARKER
+
+    def column(name: str, typ: Any) -> Any:
+        c = F.col(f"`{name}`")
+        if isinstance(typ, TimestampType):
+            return c.cast("timestamp_ntz").alias(name)
+        return c.cast("bigint").alias(name) if name == "x_IngestId" else c
+
+    fs = to.fs
+    partial = to.hpath(to.path.getParent(), to.path.getName() + ".partial")
+    out = frame.select(*[column(f.name, f.dataType) for f in frame.schema.fields], _period_column().alias("billing_period"))
+    try:
+        fs.delete(partial, True)
+        out.write.partitionBy("x_Provider", "billing_period").parquet(partial.toString())
+        marker = fs.create(to.hpath(partial, LINES_MARKER), True)
+        try:
+            marker.write(f"{n} canonical line items\n".encode())
+        finally:
+            marker.close()
+        if fs.exists(to.path):
+            fs.delete(to.path, True)
+        renamed = fs.rename(partial, to.path)
+    except Exception as e:  # noqa: BLE001 - the write failed (the lines were read already: not a value refused)
+        raise BillingAuditError(f"--spark-write-lines {to.uri}: writing the lines failed: {_reason(e)}") from None
+    if not renamed:
+        raise BillingAuditError(f"--spark-write-lines {to.uri}: the lines are written in {partial.toString()} but "
+                                "could not be put in place")

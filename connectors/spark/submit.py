@@ -9,6 +9,7 @@ The driver must see the store's folder: deploy mode ``client`` (the default).
     spark-submit --master 'local[2]' connectors/spark/submit.py --db audit.duckdb exports/
     python -m connectors.spark.submit --master 'local[2]' --db audit.duckdb exports/   # without spark-submit
     python -m connectors.spark.submit --dry-run exports/      # the deliveries, kept/superseded, sizes
+    spark-submit connectors/spark/submit.py --db audit.duckdb --spark-write-lines s3a://lake/lines/ exports/
 
 With the package installed on the cluster's Python (or shipped: ``--py-files billing_audit.zip``, a zip of
 ``billing_audit`` and ``connectors`` built from a checkout, plus the wheel's dependencies installed on the
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cost-basis", default="effective", choices=["effective", "billed", "list"])
     p.add_argument("--master", default="", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--dry-run", action="store_true", help="list the deliveries; run nothing, write nothing")
+    p.add_argument("--spark-write-lines", default=None, metavar="URI",
+                   help="also write the kept canonical lines there (the layout of `billing-audit lines-export`)")
     return p
 
 
@@ -58,7 +61,8 @@ def _main(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.paths]
     opts = SparkOptions(spark_master=args.master or ("" if "SPARK_ENV_LOADED" in os.environ else "local[*]"),
-                        spark_lines=None, spark_source="raw", spark_raw=os.pathsep.join(str(p) for p in paths))
+                        spark_lines=None, spark_source="raw", spark_raw=os.pathsep.join(str(p) for p in paths),
+                        spark_write_lines=args.spark_write_lines)
     if args.dry_run:
         print(engine("spark").dry_run(opts))
         return 0
@@ -70,6 +74,8 @@ def _main(args: argparse.Namespace) -> int:
                             checkpoint_params(rules, checkpoint), checkpoint, options=opts)
         n = store.con.execute("SELECT count(*) FROM engine_results WHERE run_id = ?", [run_id]).fetchone()
     print(f"spark run {run_id} over {opts.spark_raw}: {int(n[0]) if n else 0} aggregate rows stored in {args.db}")
+    if args.spark_write_lines:
+        print(f"the kept lines written to {args.spark_write_lines} (`--spark-lines {args.spark_write_lines}` reads them)")
     return 0
 
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 import billing_audit
 from billing_audit.cli import main
 from billing_audit.config import load_config
+from billing_audit.deliveries import OverlapPolicy
 from billing_audit.engines import run_engine
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.report import build_report
@@ -148,6 +149,16 @@ def test_files_the_raw_path_cannot_read_are_named_before_any_work(tmp_path: Path
                    spark_raw=str(tmp_path / "nowhere"))
 
 
+def _edited_cost(src: Path, dst: Path, cost: str) -> None:
+    """A CUR 2.0 parquet file written again with its unblended cost replaced by `cost` (SQL over the file's columns
+    and ``file_row_number``), its rows in order."""
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE ({cost} AS line_item_unblended_cost) FROM "
+                f"read_parquet('{src}', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
+                f"TO '{dst}' (FORMAT parquet)")
+    con.close()
+
+
 def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: Path) -> None:
     # a FOCUS CSV whose 15th record has too few fields, or whose last holds a byte that is not UTF-8 past the
     # first 64 KB the driver checks: local ingest refuses both, and so does Spark, naming the file and the row
@@ -178,12 +189,8 @@ def test_a_file_spark_cannot_map_or_a_value_it_refuses_names_the_file(tmp_path: 
     src = FIXTURES / "aws" / "cur2" / "exports" / "gpu-cur2" / "data" / "BILLING_PERIOD=2026-10"
     bad = tmp_path / "bad" / "BILLING_PERIOD=2026-10" / "bad-00001.snappy.parquet"
     bad.parent.mkdir(parents=True)
-    con = duckdb.connect()
-    con.execute(f"COPY (SELECT * EXCLUDE (file_row_number) REPLACE (CASE WHEN file_row_number = 2 THEN NULL ELSE "
-                f"line_item_unblended_cost END AS line_item_unblended_cost) FROM read_parquet('{src}/gpu-cur2-00001."
-                f"snappy.parquet', file_row_number = true, hive_partitioning = false) ORDER BY file_row_number) "
-                f"TO '{bad}' (FORMAT parquet)")
-    con.close()
+    _edited_cost(src / "gpu-cur2-00001.snappy.parquet", bad, "CASE WHEN file_row_number = 2 THEN NULL ELSE "
+                 "line_item_unblended_cost END")
     with billing_audit.open(tmp_path / "l.duckdb") as store:
         local = store.ingest([bad.parent.parent]).errors
     assert local and local[0].file == str(bad)
@@ -234,10 +241,16 @@ def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, mon
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "BILLING_AUDIT_SPARK_PARTITIONS": "2"}
     job = subprocess.run([str(home / "bin" / "spark-submit"), "--master", MASTER, raw.__file__.replace("raw.py", "submit.py"),
-                          "--db", "s.duckdb", "--config", str(CFG_PATH), str(folder)],
+                          "--db", "s.duckdb", "--config", str(CFG_PATH), "--spark-write-lines", "kept", str(folder)],
                          env=env, capture_output=True, text=True, timeout=600, check=False)
     assert job.returncode == 0, job.stderr[-3000:]
     assert job.stdout.startswith("spark run 1 over ") and "aggregate rows stored in s.duckdb" in job.stdout
+    assert "the kept lines written to kept (`--spark-lines kept` reads them)" in job.stdout
+    con = duckdb.connect()
+    written = con.execute("SELECT count(*) FROM read_parquet('kept/x_Provider=aws/billing_period=2026-10/*.parquet')"
+                          ).fetchone()
+    con.close()
+    assert written is not None and f"{written[0]} canonical line items\n" == Path("kept/.billing-audit-lines").read_text()
     runner = CliRunner()
     common = ["--config", str(CFG_PATH), "--format", "json"]
     remote = runner.invoke(main, ["report", "--db", "s.duckdb", "--engine", "spark", "--source", "raw",
@@ -256,10 +269,10 @@ def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, mon
         "Traceback" not in bad.stderr
 
 
-def _audit_both(tmp_path: Path, folders: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _audit_both(tmp_path: Path, folders: list[Path], config: Path = CFG_PATH) -> tuple[dict[str, Any], dict[str, Any]]:
     """Local ingest + audit and Spark --source raw over the same folders: both reports' figures (the CSVs
     compared byte for byte)."""
-    common = ["--config", str(CFG_PATH), "-q"]
+    common = ["--config", str(config), "-q"]
     paths = [str(f) for f in folders]
     runner = CliRunner()
     a = runner.invoke(main, ["audit", *paths, "--db", str(tmp_path / "a.duckdb"), "--out", str(tmp_path / "local"),
@@ -270,6 +283,8 @@ def _audit_both(tmp_path: Path, folders: list[Path]) -> tuple[dict[str, Any], di
     assert b.exit_code == 0, b.output
     for name in ("jobs.csv", "teams.csv"):
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    told = [n for n in a.output.splitlines() if n.startswith("note: exports ")]  # an overlap: said on both paths
+    assert [n for n in b.output.splitlines() if n.startswith("note: exports ")] == told
     return _report(tmp_path / "local"), _report(tmp_path / "spark")
 
 
@@ -301,19 +316,23 @@ def test_the_kept_lines_in_many_tiny_partitions_give_the_same_report(tmp_path: P
     assert local["jobs"] and local["totals"][0]["lines"] > 19  # type: ignore[index]
 
 
-def _lines_both(tmp_path: Path, folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _lines_both(tmp_path: Path, folder: Path, policy: OverlapPolicy | None = None,
+                told: list[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The canonical lines local ingest stores and the lines the raw Spark path keeps (every column but the
-    ingest id), in source order."""
+    ingest id), in source order; `told`: gets local ingest's notes and the raw path's overlap notes."""
     from connectors.spark.engine import session
 
     with billing_audit.open(tmp_path / "l.duckdb") as store:
-        assert not store.ingest([folder]).errors
+        rep = store.ingest([folder], overlap=policy or OverlapPolicy())
+        assert not rep.errors
         local = store.con.sql("SELECT * EXCLUDE (x_IngestId) FROM line_items ORDER BY x_SourceFile, x_SourceRow"
                               ).to_arrow_table().to_pylist()
     spark = session(MASTER)
     with raw.plan([folder]) as plan:
         lines = raw.mapped_lines(spark, plan)
-        kept = raw.keep_newest(spark, plan, lines)
+        kept = raw.keep_newest(spark, plan, lines, policy)
+        if told is not None:
+            told.extend([*rep.notes, "--", *kept.notes, "--", raw.describe(plan, kept)])
         remote = [r.asDict() for r in raw.kept_lines(lines, kept).drop("x_IngestId")
                   .orderBy("x_SourceFile", "x_SourceRow").collect()]
     for r in local:
@@ -414,3 +433,104 @@ def test_ndjson_is_parsed_with_the_types_local_ingest_gives_it(tmp_path: Path) -
     local, remote = _lines_both(tmp_path, folder.parent)
     assert len(local) == len(records) and remote == local
     assert str(remote[-1]["x_SourceRow"]) == str(len(records)) and remote[-1]["ContractedCost"] is not None
+
+
+def _parquet_lines(con: duckdb.DuckDBPyConnection, folder: Path) -> tuple[list[Any], list[tuple[Any, ...]]]:
+    """A lines folder read back as DuckDB reads it: its columns and types, and its rows in source order."""
+    scan = f"read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
+    cols = con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
+    rows = con.execute(f"SELECT * FROM {scan} ORDER BY x_SourceFile, x_SourceRow").fetchall()
+    return [c[:2] for c in cols], rows
+
+
+def test_spark_write_lines_writes_the_lines_export_of_the_local_store(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folders = [str(FIXTURES / "aws" / "cur2"), str(FIXTURES / "aws" / "cur-legacy-csv")]
+    common = ["--config", str(CFG_PATH), "-q"]
+    runner = CliRunner()
+    spark_opts = ["--engine", "spark", "--spark-master", MASTER]
+    b = runner.invoke(main, ["audit", *folders, "--db", "b.duckdb", "--out", "spark", *common, *spark_opts,
+                             "--source", "raw", "--spark-write-lines", "kept"])
+    assert b.exit_code == 0, b.output
+    with billing_audit.open(tmp_path / "a.duckdb") as store:
+        assert not store.ingest([Path(f) for f in folders]).errors
+        stored = store.con.execute("SELECT count(*) FROM line_items").fetchone()[0]  # type: ignore[index]
+    assert runner.invoke(main, ["lines-export", "exported", "--db", "a.duckdb"]).exit_code == 0
+    con = duckdb.connect()
+    try:
+        (cols, rows), (want_cols, want) = _parquet_lines(con, tmp_path / "kept"), _parquet_lines(con, tmp_path / "exported")
+        parts = sorted(str(p.relative_to(tmp_path / "kept").parent) for p in (tmp_path / "kept").rglob("*.parquet"))
+        local_parts = sorted(str(p.relative_to(tmp_path / "exported").parent)
+                             for p in (tmp_path / "exported").rglob("*.parquet"))
+    finally:
+        con.close()
+    assert cols == want_cols and ("BilledCost", "DECIMAL(38,12)") in cols and ("Tags", "MAP(VARCHAR, VARCHAR)") in cols
+    ingest = [c[0] for c in cols].index("x_IngestId")
+    assert len(rows) == len(want) == stored > 0 and {r[ingest] for r in rows} == {0}  # nothing was ingested: id 0
+    assert [r[:ingest] + r[ingest + 1:] for r in rows] == [r[:ingest] + r[ingest + 1:] for r in want]
+    assert sorted(set(parts)) == sorted(set(local_parts)) == ["x_Provider=aws/billing_period=2026-10"]
+    assert (tmp_path / "kept" / ".billing-audit-lines").read_text(encoding="utf-8") == f"{len(rows)} canonical line items\n"
+    # the written lines are --spark-lines: the report over them is the raw run's
+    r = runner.invoke(main, ["report", "--db", "r.duckdb", "--config", str(CFG_PATH), "--format", "json",
+                             "--out", "r.json", *spark_opts, "--spark-lines", "kept"])
+    assert r.exit_code == 0, r.output
+    assert _figures(json.loads(Path("r.json").read_text(encoding="utf-8"))) == _report(tmp_path / "spark")
+    # a folder billing-audit did not write is refused before any work, as lines-export refuses it
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("mine", encoding="utf-8")
+    c = runner.invoke(main, ["audit", *folders, "--db", "c.duckdb", "--out", "c", *common, *spark_opts,
+                             "--source", "raw", "--spark-write-lines", "other"])
+    assert c.exit_code == 2 and "--spark-write-lines other: not empty and not written by billing-audit" in c.output
+    assert not (tmp_path / "c").exists() and sorted(p.name for p in (tmp_path / "other").iterdir()) == ["keep.txt"]
+    d = runner.invoke(main, ["report", "--db", "r.duckdb", *spark_opts, "--spark-lines", "kept",
+                             "--spark-write-lines", "again"])
+    assert d.exit_code == 2 and "--spark-write-lines 'again': Value error, only with --source raw" in d.output
+
+
+def _overlapping(root: Path) -> Path:
+    """Two CUR 2.0 exports of one account and month: ``gpu-cur2`` (the fixture: two files, with its manifest) and
+    ``gpu-cur2-sub`` (no manifest), the first file again with its first two lines' cost changed: of its lines, all
+    but those two are lines ``gpu-cur2`` delivers too."""
+    shutil.copytree(FIXTURES / "aws" / "cur2", root / "a")
+    src = root / "a/exports/gpu-cur2/data/BILLING_PERIOD=2026-10/gpu-cur2-00001.snappy.parquet"
+    dst = root / "b/exports/gpu-cur2-sub/data/BILLING_PERIOD=2026-10/gpu-cur2-sub-00001.snappy.parquet"
+    dst.parent.mkdir(parents=True)
+    _edited_cost(src, dst, "CASE WHEN file_row_number < 2 THEN line_item_unblended_cost + 1 ELSE "
+                 "line_item_unblended_cost END")
+    return root
+
+
+OVERLAP_POLICIES = {"larger": ("", OverlapPolicy()), "prefer": ('prefer = ["gpu-cur2-sub"]', OverlapPolicy(
+    prefer=("gpu-cur2-sub",))), "both": ('keep = "both"', OverlapPolicy(keep="both"))}
+
+
+@pytest.mark.parametrize("policy", list(OVERLAP_POLICIES))
+def test_overlapping_exports_count_their_shared_lines_once_as_local_ingest(tmp_path: Path, policy: str) -> None:
+    root = _overlapping(tmp_path / "exports")
+    table, overlap = OVERLAP_POLICIES[policy]
+    config = tmp_path / "billing-audit.toml"
+    config.write_text(CFG_PATH.read_text(encoding="utf-8") + f"\n[exports]\n{table}\n", encoding="utf-8")
+    told: list[str] = []
+    local, remote = _lines_both(tmp_path, root, overlap, told)
+    assert remote == local  # the same lines kept, value for value
+    notes, spark_notes, dry = told[: told.index("--")], told[told.index("--") + 1: -2], told[-1]
+    assert spark_notes == notes and len(notes) == 1, told
+    shared = "exports 'aws-data-export:gpu-cur2-sub' and 'aws-data-export:gpu-cur2' deliver 6 of the same lines"
+    assert notes[0].startswith(shared), notes
+    sub = str(root / "b/exports/gpu-cur2-sub/data/BILLING_PERIOD=2026-10")
+    sub_lines = {"larger": 2, "prefer": 8, "both": 8}[policy]  # what the subscription-like export keeps
+    assert sum(r["x_SourceFile"].startswith(sub) for r in local) == sub_lines
+    assert len(local) == {"larger": 14 + 2, "prefer": 8 + 8, "both": 14 + 8}[policy]
+    if policy == "larger":
+        assert "counted once, in 'aws-data-export:gpu-cur2' (more lines); " + sub + " keeps its 2 other lines" in notes[0]
+        assert "kept: aws 222233334444 2026-10 (8 lines, 6 of them counted in another export)" in dry
+    elif policy == "prefer":
+        assert "counted once, in 'aws-data-export:gpu-cur2-sub' (listed first in [exports] prefer)" in notes[0]
+        assert "kept: aws 222233334444 2026-10 (14 lines, 6 of them counted in another export)" in dry
+    else:
+        assert notes[0].endswith('both counted ([exports] keep = "both")')
+    assert dry.count("note: exports ") == 1 and "note: " + notes[0] in dry
+    # the reports too: the audit's figures, jobs.csv and teams.csv, and the overlap said the same way
+    local_report, remote_report = _audit_both(tmp_path, [root], config)
+    assert remote_report == local_report and local_report["jobs"]
