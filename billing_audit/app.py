@@ -379,6 +379,7 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
                    options: EngineOptions | None, reuse: bool) -> ReportResult:
     """The report with the work done on ``engine``: the latest matching engine run when ``reuse``, else a new one."""
     from billing_audit.engines import expected_source, options_from_flat, pipeline, run_engine
+    from billing_audit.pricing import prices_key
     from billing_audit.report import build_report
     from billing_audit.rules import load_rules as load
     from billing_audit.store import checkpoint_params
@@ -390,8 +391,8 @@ def _engine_report(store: Any, cfg: Config, period: str | None, basis: str, engi
     source = expected_source(store, engine, opts)
 
     def one(b: str, p: str | None) -> tuple[int, bool]:
-        found = pipeline.latest_run(store.con, engine, p, b, pipeline.config_key(cfg, rules, params),
-                                    source) if reuse else None
+        key = pipeline.config_key(cfg, rules, params, prices_key(store.con))
+        found = pipeline.latest_run(store.con, engine, p, b, key, source) if reuse else None
         if found is not None:
             return found, True
         return run_engine(store, engine, rules, cfg, p, b, params, checkpoint, options=opts), False

@@ -314,7 +314,7 @@ def load_paths(con: duckdb.DuckDBPyConnection, files: list[Path]) -> PriceLoad:
 
 
 # -- on-demand equivalents ------------------------------------------------------------------------------------------
-def _keys_sql(lines: str = "line_items") -> str:
+def keys_sql(lines: str = "line_items") -> str:
     """Every provider's ``keys_sql()`` over its own lines (of the relation ``lines``), as one relation (provider +
     LINE_KEY_COLUMNS)."""
     selects = [
@@ -345,10 +345,13 @@ def _money(x: Decimal) -> Decimal:
     return x.quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
 
 
-def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories", lines: str = "line_items") -> str:
+def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories", lines: str = "line_items",
+                    spot: str | None = None) -> str:
     """The bill's own on-demand prices per slice (provider x billing account x billing month) and key: the cost and
-    quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`_keys_sql` over some lines),
-    read from the relation ``lines`` (which must hold those lines: a narrower one reads less)."""
+    quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`keys_sql` over some lines),
+    read from the relation ``lines`` (which must hold those lines: a narrower one reads less).  ``spot``: a relation
+    of the spot lines' x_LineItemId (default: those of ``cats`` in category spot_compute)."""
+    spot = spot or f"(SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')"
     return f"""
         SELECT l.x_Provider AS p, l.BillingAccountId AS a, date_trunc('month', l.BillingPeriodStart + INTERVAL 14 DAY)
                AS s, k.provider, k.price_key, k.region, k.unit, k.currency,
@@ -357,13 +360,13 @@ def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories", lines:
         FROM {keys} k JOIN {lines} l ON l.x_LineItemId = k.x_LineItemId
         WHERE {_on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, l.BilledCost) > 0
           AND l.BillingCurrency = k.currency
-          AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')
+          AND l.x_LineItemId NOT IN (SELECT x_LineItemId FROM {spot})
         GROUP BY ALL"""
 
 
 def bill_keys(con: duckdb.DuckDBPyConnection, lines: str, into: str) -> None:
-    """:func:`_keys_sql` over the relation ``lines`` as temp table ``into``."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {into} AS {_keys_sql(lines)}")
+    """:func:`keys_sql` over the relation ``lines`` as temp table ``into``."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {into} AS {keys_sql(lines)}")
 
 
 def categories_sql(lines: str | None = None, hits: str = "rule_hits") -> str:
@@ -375,6 +378,97 @@ def categories_sql(lines: str | None = None, hits: str = "rule_hits") -> str:
     body = LINE_CATEGORY_VIEW.split(" AS ", 1)[1]
     src = hits if lines is None else f"(SELECT * FROM {hits} SEMI JOIN {lines} USING (x_LineItemId))"
     return body.replace("FROM rule_hits GROUP BY", f"FROM {src} GROUP BY")
+
+
+# The pieces of a spot line's on-demand equivalent, written once over relations the caller names: a local tag run
+# (:func:`classify`) and an engine's audit query (:mod:`billing_audit.engines.priced`) run the same SQL.
+SPOT_CATEGORY = "c.category = 'spot_compute'"  # a spot line, over <lines> l JOIN <cats> c
+# the bill's on-demand unit price per key (:func:`bill_prices`): what :func:`priced_sql` reads as ``bill``
+BILL_COLUMNS = [("provider", "VARCHAR"), ("price_key", "VARCHAR"), ("region", "VARCHAR"), ("unit", "VARCHAR"),
+                ("currency", "VARCHAR"), ("unit_price", "DECIMAL(38,12)"), ("n", "BIGINT"), ("first", "TIMESTAMP"),
+                ("last", "TIMESTAMP")]
+REF_COLUMNS = [(name, _DDL_TYPE[name]) for name in COLUMN_NAMES]  # price_references' columns, as ref_pick_sql reads
+
+
+def spot_sql(lines: str = "line_items", cats: str = "line_categories", spot: str = SPOT_CATEGORY) -> str:
+    """The spot lines (``spot``: the test over ``lines`` l JOIN ``cats`` c), each with its charge period, billing
+    currency and the export's own usable on-demand cost (``export_od``, NULL: none)."""
+    return f"""
+        SELECT l.x_LineItemId, l.x_Provider, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
+               l.BillingCurrency AS billing_currency, l.x_ListCostSource AS list_source,
+               CASE WHEN {export_od_case()} > 0 THEN CAST({export_od_case()} AS DECIMAL(38,12)) END AS export_od,
+               {_has_prices_part_case()} AS has_part
+        FROM {lines} l JOIN {cats} c ON c.x_LineItemId = l.x_LineItemId
+        WHERE {spot}"""
+
+
+def bill_sums_sql(bill: str) -> str:
+    """The bill's on-demand lines summed per key over the relation ``bill`` (:func:`bill_slices_sql`'s columns):
+    cost, quantity, lines, first and last charge period; :func:`bill_prices` makes them unit prices."""
+    key = "provider, price_key, region, unit, currency"
+    return (f"SELECT {key}, sum(cost) AS cost, sum(qty) AS qty, sum(n) AS n, min(first) AS first, max(last) AS last "
+            f"FROM {bill} GROUP BY {key}")
+
+
+def bill_prices(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """:func:`bill_sums_sql`'s rows as :data:`BILL_COLUMNS`: unit price = cost / quantity in Python DECIMAL, rounded
+    half to even to 12 places (the same wherever the sums were made), sorted (a stable table)."""
+    out = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
+    return sorted(out, key=lambda r: tuple("" if v is None else str(v) for v in r[:5]))
+
+
+def _times(cost: str, price: str, qty: str) -> str:
+    """``price`` x ``qty`` as ``cost`` DECIMAL(38,12), exact before its one rounding on every engine: DECIMAL(20,12) x
+    DECIMAL(17,10) is DECIMAL(38,22) on DuckDB and on Spark alike (Spark cuts a wider product's scale to 6); a price
+    of 10^8 or a quantity of 10^7 and more takes the wide product (exact on DuckDB, 6 places on Spark)."""
+    narrow = f"CAST({price} AS DECIMAL(20,12)) * CAST({qty} AS DECIMAL(17,10))"
+    wide = f"CAST({price} AS DECIMAL(38,12)) * CAST({qty} AS DECIMAL(38,10))"
+    return (f"CASE WHEN abs({price}) < 99999999 AND abs({qty}) < 9999999 THEN CAST({narrow} AS DECIMAL(38,12)) "
+            f"ELSE CAST({wide} AS DECIMAL(38,12)) END AS {cost}")
+
+
+def ref_pick_sql(spot: str = "ba_spot", keys: str = "ba_keys", refs: str = "price_references") -> str:
+    """Per spot line without the export's price (relation ``spot``, :func:`spot_sql`), the reference of its key
+    (``keys``) that prices it: region (or none), unit, currency and effective period holding the line's charge
+    period start; negotiated before retail, then the newest list, the line's own region, the latest period."""
+    cols = "unit_price, kind, source, source_row, fetched_at, description, effective_from, effective_to"
+    return f"""
+        SELECT x_LineItemId, {cols} FROM (
+          SELECT s.x_LineItemId, {", ".join(f"r.{c}" for c in cols.split(", "))},
+                 row_number() OVER (PARTITION BY s.x_LineItemId ORDER BY (r.kind = 'negotiated') DESC,
+                   r.fetched_at DESC, (r.region IS NULL), r.effective_from DESC NULLS LAST, r.source, r.source_row) AS rn
+          FROM {spot} s JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
+          JOIN {refs} r ON r.provider = s.x_Provider AND r.price_key = k.price_key
+            AND (r.region IS NULL OR r.region = k.region) AND r.unit IS NOT DISTINCT FROM k.unit
+            AND r.currency = k.currency AND r.unit_price > 0
+            AND (r.effective_from IS NULL OR r.effective_from <= s.cps)
+            AND (r.effective_to IS NULL OR s.cps < r.effective_to)
+          WHERE s.export_od IS NULL AND k.quantity > 0 AND k.currency = s.billing_currency) t
+        WHERE rn = 1"""
+
+
+def priced_sql(spot: str = "ba_spot", keys: str = "ba_keys", ref: str = "ba_ref", bill: str = "ba_bill") -> str:
+    """Each spot line (``spot``) with its key (``keys``), the picked reference (``ref``, :func:`ref_pick_sql`) and the
+    bill's price of its key (``bill``, :data:`BILL_COLUMNS`): ``od_source``, the first of export, reference and bill
+    (module docstring), and ``od_cost`` from it (NULL: none)."""
+    billable = "k.quantity > 0 AND k.currency = s.billing_currency"
+    src = (f"CASE WHEN s.export_od IS NOT NULL THEN 'export' WHEN r.x_LineItemId IS NOT NULL THEN 'reference' "
+           f"WHEN b.provider IS NOT NULL AND {billable} THEN 'bill' END")
+    return f"""
+        SELECT x.*, CASE od_source WHEN 'export' THEN export_od WHEN 'reference' THEN ref_cost
+                                   WHEN 'bill' THEN bill_cost END AS od_cost
+        FROM (
+          SELECT s.*, k.price_key, k.region, k.unit, k.currency, k.quantity, {src} AS od_source,
+                 {_times("ref_cost", "r.unit_price", "k.quantity")}, r.unit_price AS ref_price,
+                 r.source AS ref_source, r.source_row AS ref_row, r.kind AS ref_kind, r.fetched_at AS ref_fetched,
+                 {_times("bill_cost", "b.unit_price", "k.quantity")}, b.unit_price AS bill_price, b.n AS bill_n,
+                 b.first AS bill_first, b.last AS bill_last
+          FROM {spot} s
+          LEFT JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
+          LEFT JOIN {ref} r ON r.x_LineItemId = s.x_LineItemId
+          LEFT JOIN {bill} b ON b.provider = s.x_Provider AND b.price_key = k.price_key
+            AND b.region IS NOT DISTINCT FROM k.region AND b.unit IS NOT DISTINCT FROM k.unit
+            AND b.currency = k.currency) x"""
 
 
 def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
@@ -389,13 +483,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot AS
-        SELECT l.x_LineItemId, l.x_Provider, l.ChargePeriodStart AS cps, l.ChargePeriodEnd AS cpe,
-               l.BillingCurrency AS billing_currency, l.x_ListCostSource AS list_source,
-               CASE WHEN {export_od_case()} > 0 THEN CAST({export_od_case()} AS DECIMAL(38,12)) END AS export_od,
-               {_has_prices_part_case()} AS has_part
-        FROM {lines} l JOIN {cats} c ON c.x_LineItemId = l.x_LineItemId
-        WHERE c.category = 'spot_compute'""")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats)}")
     if keys is None:
         bill_keys(con, lines, "ba_keys")
         keys = "ba_keys"
@@ -403,38 +491,13 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {bill_slices_sql(keys)}")
         bill = "ba_bill_slices"
     # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
-    rows = con.execute(f"""
-        SELECT provider, price_key, region, unit, currency, sum(cost), sum(qty), sum(n), min(first), max(last)
-        FROM {bill} GROUP BY ALL""").fetchall()
-    unit_prices = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
-    con.execute("CREATE OR REPLACE TEMP TABLE ba_bill (provider VARCHAR, price_key VARCHAR, region VARCHAR, "
-                "unit VARCHAR, currency VARCHAR, unit_price DECIMAL(38,12), n BIGINT, first TIMESTAMP, last TIMESTAMP)")
+    unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill ({', '.join(f'{n} {t}' for n, t in BILL_COLUMNS)})")
     if unit_prices:
-        con.executemany("INSERT INTO ba_bill VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", unit_prices)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_ref AS
-        SELECT * EXCLUDE (rn) FROM (
-          SELECT s.x_LineItemId, r.unit_price, r.kind, r.source, r.source_row, r.fetched_at, r.description,
-                 r.effective_from, r.effective_to,
-                 row_number() OVER (PARTITION BY s.x_LineItemId ORDER BY (r.kind = 'negotiated') DESC,
-                   r.fetched_at DESC, (r.region IS NULL), r.effective_from DESC NULLS LAST, r.source, r.source_row) AS rn
-          FROM ba_spot s JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
-          JOIN price_references r ON r.provider = s.x_Provider AND r.price_key = k.price_key
-            AND (r.region IS NULL OR r.region = k.region) AND r.unit IS NOT DISTINCT FROM k.unit
-            AND r.currency = k.currency AND r.unit_price > 0
-            AND (r.effective_from IS NULL OR r.effective_from <= s.cps)
-            AND (r.effective_to IS NULL OR s.cps < r.effective_to)
-          WHERE s.export_od IS NULL AND k.quantity > 0 AND k.currency = s.billing_currency) t
-        WHERE rn = 1""")
-    ref_cost = "CAST(CAST(r.unit_price AS DECIMAL(38,12)) * CAST(k.quantity AS DECIMAL(38,10)) AS DECIMAL(38,12))"
-    bill_cost = "CAST(CAST(b.unit_price AS DECIMAL(38,12)) * CAST(k.quantity AS DECIMAL(38,10)) AS DECIMAL(38,12))"
-    billable = "k.quantity > 0 AND k.currency = s.billing_currency"
-    src = (f"CASE WHEN s.export_od IS NOT NULL THEN 'export' WHEN r.x_LineItemId IS NOT NULL THEN 'reference' "
-           f"WHEN b.provider IS NOT NULL AND {billable} THEN 'bill' END")
+        con.executemany(f"INSERT INTO ba_bill VALUES ({', '.join('?' * len(BILL_COLUMNS))})", unit_prices)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql('ba_spot', keys)}")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot_od AS
-        SELECT x_LineItemId, x_Provider,
-          CASE od_source WHEN 'export' THEN export_od WHEN 'reference' THEN ref_cost WHEN 'bill' THEN bill_cost END
-            AS od_cost,
-          od_source,
+        SELECT x_LineItemId, x_Provider, od_cost, od_source,
           CASE od_source WHEN 'reference' THEN ref_price WHEN 'bill' THEN bill_price END AS od_unit_price,
           price_key, region, unit, currency, quantity,
           CASE od_source
@@ -458,18 +521,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
                  || ', ' || currency || ') covers ' || coalesce(strftime(cps, '%Y-%m-%d %H:%M'), 'its charge period')
                  || ' and the bill holds none bought on demand: run `billing-audit prices pull ' || x_Provider || '`'
           END AS reason
-        FROM (
-          SELECT s.*, k.price_key, k.region, k.unit, k.currency, k.quantity, {src} AS od_source,
-                 {ref_cost} AS ref_cost, r.unit_price AS ref_price, r.source AS ref_source, r.source_row AS ref_row,
-                 r.kind AS ref_kind, r.fetched_at AS ref_fetched,
-                 {bill_cost} AS bill_cost, b.unit_price AS bill_price, b.n AS bill_n, b.first AS bill_first,
-                 b.last AS bill_last
-          FROM ba_spot s
-          LEFT JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
-          LEFT JOIN ba_ref r ON r.x_LineItemId = s.x_LineItemId
-          LEFT JOIN ba_bill b ON b.provider = s.x_Provider AND b.price_key = k.price_key
-            AND b.region IS NOT DISTINCT FROM k.region AND b.unit IS NOT DISTINCT FROM k.unit
-            AND b.currency = k.currency) x""")
+        FROM ({priced_sql('ba_spot', keys, 'ba_ref', 'ba_bill')}) p""")
     for t in ("ba_spot", "ba_keys", "ba_bill", "ba_ref"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
@@ -494,7 +546,7 @@ def build_spot_od(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
 def logic_sql() -> str:
     """What the installed connectors price spot lines with (their keys, on-demand tests, export prices), as the SQL
     :func:`classify` runs: part of what a tag run's state is computed from (:func:`billing_audit.tagging.state_key`)."""
-    return "\n".join((_keys_sql(), _on_demand_case(), _has_prices_part_case(), export_od_case("l")))
+    return "\n".join((keys_sql(), _on_demand_case(), _has_prices_part_case(), export_od_case("l")))
 
 
 def prices_key(con: duckdb.DuckDBPyConnection) -> str:
@@ -602,7 +654,14 @@ def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(row and row[0])
 
 
+def ref_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+    """Every reference held as rows of :data:`REF_COLUMNS`, sorted (none: a store written before references)."""
+    if not _has(con, "price_references"):
+        return []
+    return con.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM price_references ORDER BY ALL").fetchall()
+
+
 def iter_refs(con: duckdb.DuckDBPyConnection) -> Iterator[PriceRef]:
     """Every reference held (tests, exports)."""
-    for r in con.execute(f"SELECT {', '.join(COLUMN_NAMES)} FROM price_references ORDER BY ALL").fetchall():
+    for r in ref_rows(con):
         yield PriceRef(*r)

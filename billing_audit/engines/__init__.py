@@ -190,7 +190,9 @@ def run_engine(store: Store, engine_name: str, rules: Sequence[Rule], cfg: Confi
         base = options.model_dump() if isinstance(options, EngineOptions) else dict(options or {})
         options = {**base, **flat}
     opts = _options(engine_name, options)
-    key = pipeline.config_key(cfg, rules, params)
+    from billing_audit.pricing import prices_key
+
+    key = pipeline.config_key(cfg, rules, params, prices_key(store.con))
     res = eng.run(store, rules, cfg, period, basis, params or {}, checkpoint, opts)
     run = pipeline.EngineRun(engine=engine_name, source=res.source, period=period, basis=basis, sql=res.sql,
                              config_key=key, bytes_processed=res.bytes_processed)

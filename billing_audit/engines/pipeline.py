@@ -14,9 +14,11 @@ provider, currency, day and category (``agg``); spot hours per job (``hours``); 
 their period in ``s``/``e``); hits per rule (``rule``).  They land in the local store (:func:`store_results`) and the report
 layer reads them exactly as it reads the local engine's.
 
-Spot savings are measured here with the export's own on-demand cost only (:func:`billing_audit.rollup.export_od`,
-the providers' ``export_od_sql()``): an engine has no price references and no ``spot_od`` (the local tag run's
-on-demand equivalents from references and the bill), so what the export leaves unpriced stays unpriced.
+Spot savings: an engine that runs the steps one by one (Spark) prices the spot lines as a local tag run does, from
+the export, the store's price references and the bill's on-demand lines (``priced``:
+:mod:`billing_audit.engines.priced`, a few steps after ``ranks``); the one-statement engines (BigQuery, Athena)
+measure them with the export's own on-demand cost only (:func:`billing_audit.rollup.export_od`, the providers'
+``export_od_sql()``), so what the export leaves unpriced stays unpriced there.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from billing_audit import rollup
 from billing_audit.config import Config
 from billing_audit.ddl import RESULT_TABLES
 from billing_audit.engines import k8s_share
+from billing_audit.engines import priced as engine_prices
 from billing_audit.engines.portable import NotPortable, to_engine
 from billing_audit.errors import BillingAuditError
 from billing_audit.rules import Rule
@@ -71,9 +74,12 @@ def check_rules(rules: Sequence[Rule], engine: str, params: dict[str, Any] | Non
 
 
 def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
-                   checkpoint: dict[str, Any] | None = None, k8s: bool = False) -> list[tuple[str, str]]:
+                   checkpoint: dict[str, Any] | None = None, k8s: bool = False,
+                   priced: bool = False) -> list[tuple[str, str]]:
     """The audit query's steps (name, DuckDB SELECT); the last, ``result``, is what comes back.  ``k8s``: share
-    Kubernetes nodes' lines out to their pods' jobs in the query (:mod:`billing_audit.engines.k8s_share`)."""
+    Kubernetes nodes' lines out to their pods' jobs in the query (:mod:`billing_audit.engines.k8s_share`).
+    ``priced``: the spot lines priced as locally (:mod:`billing_audit.engines.priced`: for an engine that runs the
+    steps one by one and gives the driver's tables back); else by the export's own on-demand cost only."""
     if basis not in rollup.COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     hits = " UNION ALL ".join(
@@ -109,10 +115,12 @@ def pipeline_parts(rules: Sequence[Rule], cfg: Config, period: str | None, basis
         ("hits", hits),
         ("ranks", rollup.ranks_sql("hits")),
         *([("k8s_nodes", k8s_share.nodes_sql(period))] if k8s else []),
+        *(engine_prices.steps() if priced else []),
         ("g0", f"""
 SELECT {", ".join(f"{e} AS {c}" for e, c in zip(g0_exprs, g0_cols, strict=True))},
-       {rollup.measures(bases)}
-FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId{k8s_share.NODES_JOIN * k8s}
+       {rollup.measures(bases, engine_prices.OD if priced else None)}
+FROM line_items l LEFT JOIN ranks c ON c.x_LineItemId = l.x_LineItemId{k8s_share.NODES_JOIN * k8s}\
+{engine_prices.JOIN if priced else ""}
 WHERE {pf}
 GROUP BY {", ".join(g0_exprs)}"""),
         ("line_group_keys", f"""
@@ -172,7 +180,8 @@ def bound_values(rules: Sequence[Rule], params: dict[str, Any] | None) -> dict[s
 
 
 # steps an engine that runs them one by one (Spark) keeps in memory: each is read more than once
-CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr", *k8s_share.CACHED_STEPS}
+CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr", *k8s_share.CACHED_STEPS,
+                *engine_prices.CACHED}
 
 
 def engine_sql(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
@@ -184,12 +193,13 @@ def engine_sql(engine: str, rules: Sequence[Rule], cfg: Config, period: str | No
 
 
 def engine_steps(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
-                 params: dict[str, Any] | None = None,
-                 checkpoint: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-    """The steps as `engine` SQL, for engines that run them as views one at a time."""
+                 params: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None,
+                 priced: bool = False) -> list[tuple[str, str]]:
+    """The steps as `engine` SQL, for engines that run them as views one at a time (``priced``: see
+    :func:`pipeline_parts`; the engine then makes each of ``engine_prices.DRIVER_STEPS`` a table on the driver)."""
     check_rules(rules, engine, params)
     values = bound_values(rules, params)
-    parts = pipeline_parts(rules, cfg, period, basis, checkpoint, k8s_share.shares(engine))
+    parts = pipeline_parts(rules, cfg, period, basis, checkpoint, k8s_share.shares(engine), priced)
     return [(n, to_engine(sql, engine, values)) for n, sql in parts]
 
 
@@ -204,11 +214,14 @@ class EngineRun:
     bytes_processed: int | None = None
 
 
-def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None) -> str:
-    """What makes two engine runs comparable: the attribution config, the rules and their parameters."""
+def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None, prices: str = "") -> str:
+    """What makes two engine runs comparable: the attribution and exports config, the rules and their parameters,
+    and the price references the run was given (``prices``: :func:`billing_audit.pricing.prices_key`)."""
     blob = json.dumps({"groups": rollup.GROUPS_VERSION,
                        "attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
-                       "rules": [(r.id, r.sql) for r in rules], "params": params or {}}, sort_keys=True, default=str)
+                       "exports": cfg.exports.model_dump(mode="json"),  # which export keeps lines two deliver (raw)
+                       "rules": [(r.id, r.sql) for r in rules], "params": params or {},
+                       "prices": prices}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -137,6 +137,63 @@ def _bigquery_lists(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+def _flagged(pattern: exp.Expression, flags: str, wrap: str = "{}") -> exp.Expression:
+    """A pattern with DuckDB's regexp options ``i``/``m``/``s`` inlined as ``(?ims)`` (``wrap``: around it)."""
+    if not set(flags) <= set("ims"):
+        raise NotPortable(f"regular expression options {flags!r} other than g, i, m, s")
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise NotPortable("a regular expression with options that is not a literal")
+    return exp.Literal.string((f"(?{flags})" if flags else "") + wrap.format(pattern.name))
+
+
+def _java_rewrite(text: str, shift: int) -> str:
+    """An RE2 replacement (``\\1``, ``\\\\``) as a Java one (``$1``, ``\\\\``, a literal ``$`` escaped), its group
+    numbers moved up by ``shift``."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1].isdigit():
+            if text[i + 1] == "0":
+                raise NotPortable("regexp_replace with \\0 (the whole match) in the replacement")
+            out.append(f"${int(text[i + 1]) + shift}")
+            i += 2
+            continue
+        if c == "\\" and i + 1 < len(text):
+            out.append("\\" + text[i + 1])
+            i += 2
+            continue
+        out.append("\\$" if c == "$" else c)
+        i += 1
+    return "".join(out)
+
+
+def _spark_regexps(tree: exp.Expression) -> exp.Expression:
+    """DuckDB's regexp options as Spark's: ``i``/``m``/``s`` inlined in the pattern (Spark takes no options), RE2
+    backreferences as Java's, and a regexp_replace without ``g`` (DuckDB replaces the first match only, Spark every
+    one) as one anchored replace: ``^(.*?)(?:p)`` -> ``$1r``, the leftmost match as DuckDB's."""
+    for n1 in list(tree.find_all(exp.RegexpLike)):
+        flag = n1.args.get("flag")
+        if flag is not None:
+            n1.replace(exp.RegexpLike(this=n1.this.copy(), expression=_flagged(n1.expression, flag.name)))
+    for n2 in list(tree.find_all(exp.RegexpExtract)):
+        params = n2.args.get("parameters")
+        if params is not None:
+            n2.set("expression", _flagged(n2.expression, params.name.replace("c", "")))
+            n2.set("parameters", None)
+    for n3 in list(tree.find_all(exp.RegexpReplace)):
+        mods = n3.args.get("modifiers")
+        flags = "" if mods is None else mods.name.replace("c", "")
+        repl = n3.args.get("replacement")
+        if not (isinstance(repl, exp.Literal) and repl.is_string):
+            raise NotPortable("regexp_replace with a replacement that is not a literal")
+        first = bool(n3.args.get("single_replace")) and "g" not in flags  # as DuckDB parsed it: first match only
+        pattern = _flagged(n3.expression, flags.replace("g", "") + ("s" if first else ""),
+                           "^(.*?)(?:{})" if first else "{}")
+        text = ("$1" if first else "") + _java_rewrite(repl.name, 1 if first else 0)
+        n3.replace(exp.RegexpReplace(this=n3.this.copy(), expression=pattern, replacement=exp.Literal.string(text)))
+    return tree
+
+
 def _rewrite(tree: exp.Expression, engine: str) -> exp.Expression:
     for n0 in list(tree.find_all(exp.DataType)):  # HUGEINT (1e-12 units, billing_audit.kubernetes): exact decimals
         if n0.this == exp.DataType.Type.INT128:
@@ -146,6 +203,8 @@ def _rewrite(tree: exp.Expression, engine: str) -> exp.Expression:
             n6.replace(_tag_lookup(n6.this, n6.expressions[0], engine))
     for n7 in list(tree.find_all(exp.ArrayOverlaps)):
         n7.replace(_overlap(n7, engine))
+    if engine == "spark":
+        tree = _spark_regexps(tree)
     if engine == "bigquery":
         tree = _bigquery_lists(tree)
         for n8 in list(tree.find_all(exp.ConcatWs)):  # no CONCAT_WS; ARRAY_TO_STRING skips NULLs like DuckDB

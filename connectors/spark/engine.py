@@ -139,13 +139,34 @@ def check_rules(spark: Any, rule_sql: dict[str, str], paths: dict[str, str]) -> 
             raise BillingAuditError(f"{paths.get(rid, rid)}: rule {rid} cannot run on spark: {first}") from None
 
 
+_SPARK_TYPE = {"VARCHAR": "STRING"}
+
+
+def small_table(spark: Any, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> Any:
+    """A small table from the driver (the price references, the bill's unit prices) as a DataFrame of exactly
+    these types (DECIMAL(38,12) stays DECIMAL), hinted to be broadcast to the executors.  Times are the store's
+    UTC wall times: marked UTC, so the driver's own time zone does not move them."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql.functions import broadcast
+
+    schema = ", ".join(f"`{n}` {_SPARK_TYPE.get(t, t)}" for n, t in columns)
+    data = [tuple(v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v for v in r)
+            for r in rows]
+    return broadcast(spark.createDataFrame(data, schema=schema))
+
+
 def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         rule_sql: dict[str, str] | None = None, rule_paths: dict[str, str] | None = None,
-        frame: Any = None, partitions: int | None = None) -> list[tuple[Any, ...]]:
+        frame: Any = None, partitions: int | None = None,
+        tables: dict[str, tuple[list[tuple[str, str]], list[tuple[Any, ...]]]] | None = None) -> list[tuple[Any, ...]]:
     """Run the audit steps (Spark SQL) with `lines` (a parquet folder, or a catalog table name) as
     line_items: each step a temp view, the ones read more than once cached; returns the last step's rows.
     `frame`: the lines as a DataFrame already (the raw exports mapped: ``connectors.spark.raw``); `partitions`:
-    the shuffle partitions the steps run in (:func:`partitions_for`; None: the session's), restored after."""
+    the shuffle partitions the steps run in (:func:`partitions_for`; None: the session's), restored after;
+    `tables`: small tables from the driver the steps read (name: columns, rows; :func:`small_table`).  A step of
+    ``engine_prices.DRIVER_STEPS`` is collected and comes back as the driver's table of that name."""
+    from billing_audit.engines import priced as engine_prices
     from billing_audit.engines.pipeline import CACHED_STEPS
 
     spark = session(master)
@@ -173,11 +194,16 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
             raise BillingAuditError(f"Spark could not read the lines as canonical line items: {_reason(e)}") from None
         check_rules(spark, rule_sql, rule_paths or {})
     cached = []
+    given = dict(tables or {})
     try:
         with shuffle_partitions(spark, partitions):
+            for name, (columns, data) in given.items():
+                small_table(spark, columns, data).createOrReplaceTempView(name)
             for name, sql in steps[:-1]:
                 step = spark.sql(sql)
-                if name in CACHED_STEPS:
+                if name in engine_prices.DRIVER_STEPS:
+                    step = small_table(spark, *engine_prices.driver_table(name, [tuple(r) for r in step.collect()]))
+                elif name in CACHED_STEPS:
                     step = step.cache()
                     cached.append(step)
                 step.createOrReplaceTempView(name)
@@ -192,7 +218,7 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
     finally:
         for step in cached:
             step.unpersist(blocking=True)
-        for name, _ in steps[:-1]:  # the session outlives the run: leave no views (they hold the plans)
+        for name in [*(n for n, _ in steps[:-1]), *given]:  # the session outlives the run: leave no views
             spark.catalog.dropTempView(name)
         spark.catalog.dropTempView("line_items")
     return [tuple(r) for r in rows]
@@ -296,19 +322,22 @@ class SparkEngine(Engine):
         from billing_audit.engines import pipeline, write_lines
 
         assert isinstance(options, SparkOptions)
-        steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint)
+        from billing_audit.engines import priced as engine_prices
+
+        steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint, priced=True)
+        tables = engine_prices.tables(store.con)  # the price references, broadcast to the executors
         if options.spark_source == "raw":
-            return self._run_raw(steps, rules, params, options, self.source(store, options), cfg)
+            return self._run_raw(steps, rules, params, options, self.source(store, options), cfg, tables)
         lines = options.spark_lines
         if lines is None:
             lines = self.source(store, options)
             write_lines(store, Path(lines), period)
         rule_sql = pipeline.check_rules(rules, "spark", params)
-        rows = run(steps, lines, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules})
+        rows = run(steps, lines, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, tables=tables)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, lines)
 
     def _run_raw(self, steps: list[tuple[str, str]], rules: Sequence[Rule], params: dict[str, Any],
-                 options: SparkOptions, source: str, cfg: Config) -> EngineRunResult:
+                 options: SparkOptions, source: str, cfg: Config, tables: dict[str, Any]) -> EngineRunResult:
         from billing_audit.engines import pipeline
         from connectors.spark import raw
 
@@ -336,7 +365,7 @@ class SparkEngine(Engine):
                 if target is not None:
                     raw.write_lines(frame, target, kept.lines)
                 rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame,
-                           partitions=partitions)
+                           partitions=partitions, tables=tables)
             finally:
                 frame.unpersist(blocking=True)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, source)

@@ -59,13 +59,13 @@ So line ids and source rows are local ingest's.  What it refuses, each with the 
   (:func:`_spark_json_type`); a CSV
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
   U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
-- price files (``billing-audit prices``): an engine holds no price references;
+- price files (``billing-audit prices``): load them into the store, whose references the run broadcasts;
 - ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
 
 Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.  A file of no rows is an
-error, as locally.  The report of an engine run measures spot savings with the export's own on-demand prices
-only (:func:`billing_audit.rollup.export_od`): a bill whose spot lines are priced locally from its own
-on-demand lines or the price references (the Azure fixtures) reports fewer savings measured, saying so.
+error, as locally.  The run prices spot lines as a local tag run does
+(:mod:`billing_audit.engines.priced`: the export's own on-demand cost, the store's price references, the bill's
+own on-demand lines), so its spot savings are the local report's.
 """
 
 from __future__ import annotations
