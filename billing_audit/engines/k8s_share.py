@@ -37,7 +37,6 @@ from billing_audit.kubernetes import ENGINES, LABELLED, KeySql, steps, tags_text
 from billing_audit.rollup import period_filter
 
 KIND = "k8s"
-CACHED_STEPS = ("k8s_nodes", "ba_k8s_parts", "ba_k8s_own", "ba_k8s_weights", "ba_split_groups")  # read more than once
 # the key columns the engine adds (name, expression over line_items l LEFT JOIN k8s_nodes kn)
 KEY_COLUMNS = [
     ("k8s_labelled", f"coalesce(l.Tags['{LABELLED}'] IS NOT NULL, FALSE)"),

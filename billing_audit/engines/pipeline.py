@@ -179,11 +179,6 @@ def bound_values(rules: Sequence[Rule], params: dict[str, Any] | None) -> dict[s
     return values
 
 
-# steps an engine that runs them one by one (Spark) keeps in memory: each is read more than once
-CACHED_STEPS = {"hits", "ranks", "g0", "line_group_keys", "line_groups", "ba_attr", *k8s_share.CACHED_STEPS,
-                *engine_prices.CACHED}
-
-
 def engine_sql(engine: str, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
                params: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> str:
     """The audit query for `engine`; a rule that cannot run there raises RuleNotPortable (at load time)."""

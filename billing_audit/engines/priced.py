@@ -23,7 +23,6 @@ from billing_audit import pricing, rollup
 
 # steps whose rows the engine brings to the driver, which makes them the table of that name (columns, rows)
 DRIVER_STEPS = {"od_bill"}
-CACHED = {"ba_keys", "ba_spot", "spot_od"}  # read more than once
 JOIN = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId"  # what the lines' groups join
 OD = "o.od_cost"  # ... and sum as the spot lines' on-demand equivalent
 

@@ -156,18 +156,35 @@ def small_table(spark: Any, columns: list[tuple[str, str]], rows: list[tuple[Any
     return broadcast(spark.createDataFrame(data, schema=schema))
 
 
+def persisted(spark: Any) -> set[int]:
+    """The ids of the RDDs the session holds (cached or checkpointed), to :func:`release` what a run adds."""
+    return {int(k) for k in spark.sparkContext._jsc.getPersistentRDDs().keySet()}
+
+
+def release(spark: Any, before: set[int]) -> None:
+    """Drop the blocks of every RDD the session holds that `before` (:func:`persisted`) did not: a checkpointed
+    DataFrame's ``unpersist`` does not free its checkpoint, and a long-lived session (a notebook, a test run, a
+    driver auditing month after month) would keep every run's steps."""
+    held = spark.sparkContext._jsc.getPersistentRDDs()
+    for k in list(held.keySet()):
+        if int(k) not in before:
+            held.get(k).unpersist(True)
+
+
 def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         rule_sql: dict[str, str] | None = None, rule_paths: dict[str, str] | None = None,
         frame: Any = None, partitions: int | None = None,
         tables: dict[str, tuple[list[tuple[str, str]], list[tuple[Any, ...]]]] | None = None) -> list[tuple[Any, ...]]:
     """Run the audit steps (Spark SQL) with `lines` (a parquet folder, or a catalog table name) as
-    line_items: each step a temp view, the ones read more than once cached; returns the last step's rows.
+    line_items: each step a temp view, materialised as it is made (a local checkpoint); returns the last step's
+    rows.  Materialised, a step is a scan of its rows in the steps that read it: left as a view, or only cached,
+    its plan would be copied into every reference to it, and the last step's plan (the whole audit, views in
+    views) took Spark a minute to plan on a 20-line export and filled a 2 GiB driver after a few runs.
     `frame`: the lines as a DataFrame already (the raw exports mapped: ``connectors.spark.raw``); `partitions`:
     the shuffle partitions the steps run in (:func:`partitions_for`; None: the session's), restored after;
     `tables`: small tables from the driver the steps read (name: columns, rows; :func:`small_table`).  A step of
     ``engine_prices.DRIVER_STEPS`` is collected and comes back as the driver's table of that name."""
     from billing_audit.engines import priced as engine_prices
-    from billing_audit.engines.pipeline import CACHED_STEPS
 
     spark = session(master)
     if frame is not None:
@@ -193,8 +210,8 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
         except Exception as e:  # noqa: BLE001
             raise BillingAuditError(f"Spark could not read the lines as canonical line items: {_reason(e)}") from None
         check_rules(spark, rule_sql, rule_paths or {})
-    cached = []
     given = dict(tables or {})
+    held = persisted(spark)
     try:
         with shuffle_partitions(spark, partitions):
             for name, (columns, data) in given.items():
@@ -203,9 +220,8 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
                 step = spark.sql(sql)
                 if name in engine_prices.DRIVER_STEPS:
                     step = small_table(spark, *engine_prices.driver_table(name, [tuple(r) for r in step.collect()]))
-                elif name in CACHED_STEPS:
-                    step = step.cache()
-                    cached.append(step)
+                else:
+                    step = step.localCheckpoint(eager=True)
                 step.createOrReplaceTempView(name)
             rows = spark.sql(steps[-1][1]).collect()
     except Exception as e:  # noqa: BLE001
@@ -216,8 +232,7 @@ def run(steps: list[tuple[str, str]], lines: str, master: str = "local[*]",
             raise found from None
         raise BillingAuditError(f"Spark could not run the audit query: {_reason(e)}") from None
     finally:
-        for step in cached:
-            step.unpersist(blocking=True)
+        release(spark, held)
         for name in [*(n for n, _ in steps[:-1]), *given]:  # the session outlives the run: leave no views
             spark.catalog.dropTempView(name)
         spark.catalog.dropTempView("line_items")
@@ -349,23 +364,24 @@ class SparkEngine(Engine):
             raw.refuse_errors(plan)
             spark = session(options.spark_master)
             spark.sparkContext.setLogLevel("ERROR")
-            target = raw.lines_target(spark, options.spark_write_lines) if options.spark_write_lines else None
-            lines = raw.mapped_lines(spark, plan)
-            kept = raw.keep_newest(spark, plan, lines, cfg.overlap_policy())
-            for told in kept.notes:  # what an overlap of exports counted once or set aside: said, as local ingest says it
-                print(f"note: {told}", file=sys.stderr)
-            # the kept lines materialised once, in partitions for their number: the audit's steps then plan over a
-            # small relation, not the mappings, and each partition's aggregation fits its share of the memory
-            partitions = partitions_for(kept.lines)
+            held = persisted(spark)  # the files' mappings and the kept lines, checkpointed: released after
             try:
-                frame = raw.kept_lines(lines, kept, partitions).localCheckpoint(eager=True)
-            except Exception as e:  # noqa: BLE001 - a value a mapping refused
-                raise raw.input_error(e) from None
-            try:
+                target = raw.lines_target(spark, options.spark_write_lines) if options.spark_write_lines else None
+                lines = raw.mapped_lines(spark, plan)
+                kept = raw.keep_newest(spark, plan, lines, cfg.overlap_policy())
+                for told in kept.notes:  # what an overlap of exports counted once or set aside: said, as local ingest says it
+                    print(f"note: {told}", file=sys.stderr)
+                # the kept lines materialised once, in partitions for their number: the audit's steps then plan over a
+                # small relation, not the mappings, and each partition's aggregation fits its share of the memory
+                partitions = partitions_for(kept.lines)
+                try:
+                    frame = raw.kept_lines(lines, kept, partitions).localCheckpoint(eager=True)
+                except Exception as e:  # noqa: BLE001 - a value a mapping refused
+                    raise raw.input_error(e) from None
                 if target is not None:
                     raw.write_lines(frame, target, kept.lines)
                 rows = run(steps, source, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, frame=frame,
                            partitions=partitions, tables=tables)
             finally:
-                frame.unpersist(blocking=True)
+                release(spark, held)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, source)

@@ -116,10 +116,26 @@ def test_a_run_uses_the_partitions_for_its_lines_and_leaves_the_session_as_it_wa
 
     session_value = engine.session(MASTER).conf.get(engine.SHUFFLE)
     assert session_value == str(engine.SESSION_PARTITIONS)
+    held = engine.persisted(spark)
     with billing_audit.open(tmp_path / "s.duckdb") as store:
         run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
                    spark_raw=str(CUR2))
     assert spark.conf.get(engine.SHUFFLE) == session_value
+    # every step and file mapping the run checkpointed is released: the session holds what it held before
+    assert engine.persisted(spark) == held
+
+
+def test_a_run_that_fails_releases_the_steps_it_materialised(no_override: None) -> None:
+    spark = engine.session(MASTER)
+    held = engine.persisted(spark)
+    frame = spark.range(40).selectExpr("cast(id % 7 AS string) AS k")
+    steps = [("grouped", "SELECT k, count(*) AS n FROM line_items GROUP BY k"),
+             ("counted", "SELECT count(*) AS n FROM grouped"),
+             ("final", "SELECT no_such_column FROM counted")]
+    with pytest.raises(BillingAuditError, match="Spark could not run the audit query"):
+        engine.run(steps, "frame", MASTER, frame=frame)
+    assert engine.persisted(spark) == held
+    assert not {"grouped", "counted"} & {t.name for t in spark.catalog.listTables()}
 
 
 def test_the_audit_steps_run_in_the_partitions_given(no_override: None) -> None:
