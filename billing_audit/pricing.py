@@ -472,7 +472,7 @@ def priced_sql(spot: str = "ba_spot", keys: str = "ba_keys", ref: str = "ba_ref"
 
 
 def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
-             cats: str = "line_categories", keys: str | None = None) -> None:
+             cats: str | None = None, keys: str | None = None) -> None:
     """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
     but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``.  ``lines``: the relation
     of lines priced (default: every line); ``bill``: a relation of the bill's prices per slice and key
@@ -483,12 +483,19 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats)}")
+    from billing_audit.ddl import LINE_CATEGORY_ONLY
+
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats or LINE_CATEGORY_ONLY)}")
+    made_keys = keys is None
     if keys is None:
         bill_keys(con, lines, "ba_keys")
         keys = "ba_keys"
     if bill is None:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {bill_slices_sql(keys)}")
+        # the spot lines left out of the bill's prices: those of ba_spot, when it holds every spot line the keys
+        # have (the keys made from the same lines, or every line priced); else from the categories again
+        spot = "(SELECT x_LineItemId FROM ba_spot)" if made_keys or lines == "line_items" else None
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS "
+                    f"{bill_slices_sql(keys, cats or LINE_CATEGORY_ONLY, spot=spot)}")
         bill = "ba_bill_slices"
     # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
     unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
