@@ -160,9 +160,6 @@ LINE_CATEGORY_VIEW = (
     "list(DISTINCT rule_id ORDER BY rule_id) AS rule_ids, list(DISTINCT category ORDER BY category) AS categories "
     "FROM rule_hits GROUP BY x_LineItemId"
 )
-# line_categories' x_LineItemId and category alone: DuckDB computes the view's DISTINCT lists even where nothing reads
-# them (two more groupings of every hit, joined back), so what needs the category alone reads this
-LINE_CATEGORY_ONLY = f"(SELECT x_LineItemId, {LINE_CATEGORY} FROM rule_hits GROUP BY x_LineItemId)"
 
 
 # The aggregates an engine run returns ({cols}: engines.pipeline.RESULT_COLUMNS).

@@ -370,14 +370,15 @@ def bill_keys(con: duckdb.DuckDBPyConnection, lines: str, into: str) -> None:
 
 
 def categories_sql(lines: str | None = None, hits: str = "rule_hits") -> str:
-    """``line_categories`` (:data:`billing_audit.ddl.LINE_CATEGORY_VIEW`) from the relation ``hits`` (rule_hits'
-    x_LineItemId, rule_id, category), for the lines of the relation ``lines`` only (it has x_LineItemId; None: every
-    line of ``hits``, e.g. the hits of some lines, already picked), without grouping every hit of the store."""
-    from billing_audit.ddl import LINE_CATEGORY_VIEW
+    """Each line's category (``line_categories``' x_LineItemId and category, :data:`billing_audit.ddl.LINE_CATEGORY`)
+    from the relation ``hits`` (rule_hits' x_LineItemId, rule_id, category), for the lines of the relation ``lines``
+    only (it has x_LineItemId; None: every line of ``hits``, e.g. the hits of some lines, already picked), without
+    grouping every hit of the store.  Not the view's DISTINCT lists, which pricing never reads: DuckDB computes them
+    even where nothing does (two more groupings of every hit, joined back)."""
+    from billing_audit.ddl import LINE_CATEGORY
 
-    body = LINE_CATEGORY_VIEW.split(" AS ", 1)[1]
     src = hits if lines is None else f"(SELECT * FROM {hits} SEMI JOIN {lines} USING (x_LineItemId))"
-    return body.replace("FROM rule_hits GROUP BY", f"FROM {src} GROUP BY")
+    return f"SELECT x_LineItemId, {LINE_CATEGORY} FROM {src} GROUP BY x_LineItemId"
 
 
 # The pieces of a spot line's on-demand equivalent, written once over relations the caller names: a local tag run
@@ -477,15 +478,14 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``.  ``lines``: the relation
     of lines priced (default: every line); ``bill``: a relation of the bill's prices per slice and key
     (:func:`bill_slices_sql`'s columns) covering the whole store (default: made from every line, left as the temp
-    table ``ba_bill_slices``); ``cats``: the lines' categories (default ``line_categories``; another relation must
+    table ``ba_bill_slices``); ``cats``: the lines' categories (default :func:`categories_sql` over rule_hits; another relation must
     cover ``lines``); ``keys``: the lines' keys (:func:`bill_keys` over a relation covering ``lines``; default:
     made from ``lines``).  A spot line's equivalent depends on the line, the references and the bill only."""
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
-    from billing_audit.ddl import LINE_CATEGORY_ONLY
-
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats or LINE_CATEGORY_ONLY)}")
+    cats = cats or f"({categories_sql()})"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats)}")
     made_keys = keys is None
     if keys is None:
         bill_keys(con, lines, "ba_keys")
@@ -495,7 +495,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         # have (the keys made from the same lines, or every line priced); else from the categories again
         spot = "(SELECT x_LineItemId FROM ba_spot)" if made_keys or lines == "line_items" else None
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS "
-                    f"{bill_slices_sql(keys, cats or LINE_CATEGORY_ONLY, spot=spot)}")
+                    f"{bill_slices_sql(keys, cats, spot=spot)}")
         bill = "ba_bill_slices"
     # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
     unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
