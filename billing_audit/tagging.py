@@ -495,10 +495,11 @@ def run_rules(
         for part, source in scans:
             if not part:
                 continue
-            memo = None
-            if source == "line_items":  # the full scan: its regular expressions once per distinct description
-                with _fused_errors(timeout):
-                    memo = tagmemo.memoized(con, part, _count(con))
+            # the scan's regular expressions once per distinct description (of every line, or of the changed
+            # slices' lines: plan.source, aliased line_items)
+            with _fused_errors(timeout):
+                memo = tagmemo.memoized(con, part, _count(con) if plan is None or source == "line_items" else plan.lines,
+                                        source)
                 if memo is not None:
                     part, source = memo
             bound: dict[str, Any] = {"run_id": run_id}

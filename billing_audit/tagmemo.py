@@ -57,10 +57,11 @@ def _memo_call(node: exp.Expression) -> set[str] | None:
 
 
 def memoized(con: duckdb.DuckDBPyConnection, part: list[tuple[R, exp.Expression, exp.Expression]],
-             lines: int) -> tuple[list[tuple[R, exp.Expression, exp.Expression]], str] | None:
+             lines: int, source: str = "line_items") -> tuple[list[tuple[R, exp.Expression, exp.Expression]], str] | None:
     """``part`` (the fused rules) with each memoizable regular expression read from ``ba_memo``, and the relation
-    to scan (``line_items`` joined to the memo); None when no call is memoizable or the memo would not be small
-    (then nothing was created).  Call inside the tag run's transaction; drop ``ba_memo`` after the scan."""
+    to scan (``source``, the lines scanned, named ``line_items``: the table or a subquery aliased so, joined to the
+    memo); ``lines``: how many lines ``source`` holds.  None when no call is memoizable or the memo would not be
+    small (then nothing was created).  Call inside the tag run's transaction; drop ``ba_memo`` after the scan."""
     calls: dict[str, int] = {}  # the call's SQL -> its boolean's number
     cols: set[str] = set()
     for _, cond, reason in part:
@@ -73,7 +74,7 @@ def memoized(con: duckdb.DuckDBPyConnection, part: list[tuple[R, exp.Expression,
     if not calls or not cols:
         return None
     keys = [c for c in DESCRIPTION_COLUMNS if c in cols]
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_memo_keys AS SELECT DISTINCT {', '.join(keys)} FROM line_items")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_memo_keys AS SELECT DISTINCT {', '.join(keys)} FROM {source}")
     row = con.execute("SELECT count(*) FROM ba_memo_keys").fetchone()
     if row is None or row[0] > max(1000, lines * MAX_SHARE):
         con.execute("DROP TABLE ba_memo_keys")
@@ -91,4 +92,4 @@ def memoized(con: duckdb.DuckDBPyConnection, part: list[tuple[R, exp.Expression,
 
     rewritten = [(r, cond.transform(read_memo), reason.transform(read_memo)) for r, cond, reason in part]
     on = " AND ".join(f"line_items.{c} IS NOT DISTINCT FROM ba_m.ba_d{i}" for i, c in enumerate(keys))
-    return rewritten, f"line_items LEFT JOIN ba_memo ba_m ON {on}"
+    return rewritten, f"{source} LEFT JOIN ba_memo ba_m ON {on}"

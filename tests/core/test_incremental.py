@@ -96,14 +96,16 @@ def _month_rows(payer: int, month: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def _deliver(root: Path, payer: int, month: int, seed: int) -> None:
-    """Write (or rewrite in place) the payer's month as an Athena CUR parquet month folder."""
+def _deliver(root: Path, payer: int, month: int, seed: int, months: int = 1) -> None:
+    """Write (or rewrite in place) the payer's month as an Athena CUR parquet month folder; ``months`` 2: the file
+    holds the next month's lines too (one delivery of two slices, as an export spanning months delivers them)."""
     report = f"cur-{payer}"
     folder = GEN.athena_cur_folder(root / f"payer{payer}", report, MONTHS[month].year, MONTHS[month].month,
                                    "CREATE EXTERNAL TABLE t (...);\n")
     for f in folder.glob("*.parquet"):
         f.unlink()
-    GEN.write_cur_parquet(_month_rows(payer, month, seed), folder / f"{report}-00001.snappy.parquet")
+    rows = [r for k in range(month, min(month + months, len(MONTHS))) for r in _month_rows(payer, k, seed + k - month)]
+    GEN.write_cur_parquet(rows, folder / f"{report}-00001.snappy.parquet")
 
 
 RULESETS: list[dict[str, Any]] = [
@@ -156,6 +158,8 @@ def _from_scratch(db: Path, ruleset: dict[str, Any], work: Path) -> dict[str, An
 STEP = st.one_of(
     st.tuples(st.just("deliver"), st.integers(0, len(PAYERS) - 1), st.integers(0, len(MONTHS) - 1),
               st.integers(0, 10_000)),
+    st.tuples(st.just("deliver2"), st.integers(0, len(PAYERS) - 1), st.integers(0, len(MONTHS) - 1),
+              st.integers(0, 10_000)),  # one file of two months
     st.tuples(st.just("rules"), st.integers(0, len(RULESETS) - 1)),
     st.tuples(st.just("prices")),  # p4d's on-demand price list of August 2026, loaded without re-pricing
 )
@@ -178,8 +182,8 @@ def _run(work: Path, steps: list[tuple[Any, ...]]) -> list[Any]:
     used: set[int] = set()
     results = []
     for step in [("deliver", 0, 0, 1), *steps]:
-        if step[0] == "deliver":
-            _deliver(exports, step[1], step[2], step[3])
+        if step[0] in ("deliver", "deliver2"):
+            _deliver(exports, step[1], step[2], step[3], months=2 if step[0] == "deliver2" else 1)
             for store in (db, full):
                 with billing_audit.open(store) as s:
                     rep = s.ingest([exports])
@@ -225,6 +229,18 @@ def test_only_the_changed_slices_are_redone(tmp_path: Path) -> None:
                               "BillingPeriodStart = TIMESTAMP '2026-10-01'").fetchone()[0]
     assert last.lines == lines
     assert last.summary().startswith("1 of 4 slices changed since tag run 4")
+
+
+def test_a_delivery_of_two_slices_is_redone_only_where_its_slice_changed(tmp_path: Path) -> None:
+    """Payer 0's September and October in one file, tagged; then payer 1's September: the months the search index
+    rebuilds hold lines of that two-month delivery whose other slice did not change (the lines are picked by their
+    slice, not by their delivery alone), and the incremental run equals a full one."""
+    results = _run(tmp_path, [("deliver2", 0, 0, 7), ("deliver", 1, 0, 8)])
+    last = results[-1].plan
+    assert last is not None and (last.changed, last.slices) == (1, 3)
+    with billing_audit.open(tmp_path / "store.duckdb", read_only=True) as s:
+        deliveries = s.con.execute("SELECT ingest_id, count(*) FROM slices GROUP BY 1 ORDER BY 1").fetchall()
+    assert [n for _, n in deliveries] == [2, 1]
 
 
 def test_new_price_references_price_every_spot_line_again_incrementally(tmp_path: Path) -> None:
