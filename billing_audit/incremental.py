@@ -230,12 +230,11 @@ class Plan:
         con.execute(f"INSERT INTO search_texts SELECT * FROM ({texts_sql}) WHERE h NOT IN (SELECT h FROM search_texts)")
         con.execute("CREATE OR REPLACE TABLE line_groups_meta AS SELECT ?::BIGINT AS run_id, "
                     f"(SELECT count(*) FROM line_items) AS lines, {GROUPS_VERSION} AS version", [run_id])
-        for v in ("ba_glines", "ba_slines", "ba_plines", "ba_rlines"):
+        for v in ("ba_glines", "ba_slines", "ba_rlines", "ba_plines", "ba_reclass", "ba_rkeys", "ba_rcats"):
             con.execute(f"DROP VIEW IF EXISTS {v}")
         for t in ("ba_old_hits", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
                   "ba_months", "ba_changed", "ba_dirty_lines", "ba_keys_d", "ba_bill_old", "ba_bill_keys",
-                  "ba_reclass", "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x",
-                  "ba_rcats"):
+                  "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
     def _price(self, con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -277,7 +276,9 @@ class Plan:
                   AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
                 WHERE (o.od_source IS NULL OR o.od_source = 'bill')
                   AND NOT EXISTS (SELECT 1 FROM ba_pids p WHERE p.x_LineItemId = o.x_LineItemId)""")
-            con.execute("CREATE OR REPLACE TEMP TABLE ba_reclass AS SELECT x_LineItemId FROM ba_pids "
+            # views over the tables made above, not copies of them: the tag run's temp tables share the store's
+            # memory limit (a copy of a million ids and keys made the rest of the run spill)
+            con.execute("CREATE OR REPLACE TEMP VIEW ba_reclass AS SELECT x_LineItemId FROM ba_pids "
                         "UNION ALL SELECT x_LineItemId FROM ba_extra")
             lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
             if _one(con, "SELECT count(*) FROM ba_extra")[0]:
@@ -285,10 +286,11 @@ class Plan:
                             "SELECT l.* FROM line_items l SEMI JOIN ba_extra r ON r.x_LineItemId = l.x_LineItemId")
                 pricing.bill_keys(con, "(SELECT l.* FROM line_items l SEMI JOIN ba_extra r "
                                        "ON r.x_LineItemId = l.x_LineItemId)", "ba_keys_x")
-                con.execute("INSERT INTO ba_keys_x SELECT * FROM ba_keys_d")
-                con.execute("CREATE OR REPLACE TEMP TABLE ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
+                con.execute("CREATE OR REPLACE TEMP VIEW ba_rkeys AS SELECT * FROM ba_keys_d UNION ALL "
+                            "SELECT * FROM ba_keys_x")
+                con.execute("CREATE OR REPLACE TEMP VIEW ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
                             "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
-                lines, keys, cats = "ba_rlines", "ba_keys_x", "ba_rcats"
+                lines, keys, cats = "ba_rlines", "ba_rkeys", "ba_rcats"
             pricing.classify(con, lines, "spot_bill", cats, keys=keys)
             gone = "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)"
         else:  # other price references: every spot line again

@@ -487,6 +487,7 @@ def run_rules(
             if local_ids:  # the hits of lines that are gone went with them (the ingest that removed them)
                 con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND x_LineItemId IN "
                             "(SELECT x_LineItemId FROM ba_dirty_lines)", {"local": local_ids})
+            con.execute("DROP TABLE IF EXISTS ba_dirty_lines")  # read no more: its memory is the run's
         else:
             if stale:
                 con.execute("DELETE FROM rule_hits")
