@@ -242,3 +242,48 @@ def test_prices_pull_fetches_what_the_spot_lines_need_then_nothing(tagged: Path)
 def test_prices_pull_without_a_puller_says_what_to_do(tagged: Path) -> None:
     with pytest.raises(billing_audit.errors.BillingAuditError, match="cannot pull price references"):
         app.prices_pull(str(tagged), "focus", {})
+
+
+@pytest.mark.parametrize("folder", ["aws/cur-2018-csv", "aws/cur-legacy-parquet", "aws/cur2", "azure/payg-parquet",
+                                    "azure/ea-actual-csv", "gcp/resource-parquet", "scenarios"])
+def test_the_bills_slices_in_one_pass_are_those_of_the_keys_joined_to_their_lines(db: Path, folder: str) -> None:
+    """The bill's on-demand prices per slice as a full tag makes them (one pass over the lines bought on demand,
+    each key beside its line's columns) are exactly those of every line's key joined back to its line by id; also
+    with lines that must stay out (bought on demand at no cost, or of no quantity, or counted as spot)."""
+    with billing_audit.open(db) as s:
+        rep = s.ingest([FIXTURES / folder])
+        assert rep.rows > 0 and not rep.errors
+        s.tag()
+        con = s.con
+        cats = f"({pricing.categories_sql()})"
+        spot = "(SELECT x_LineItemId FROM ba_spot)"
+
+        def compare() -> tuple[Any, ...]:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {pricing.spot_sql('line_items', cats)}")
+            con.execute("INSERT INTO ba_spot (x_LineItemId) SELECT x_LineItemId FROM ba_fake_spot")
+            pricing.bill_keys(con, "line_items", "ba_keys")
+            one_pass = pricing.bill_slices_one_pass_sql("line_items", spot)
+            assert one_pass is not None
+            joined = pricing.bill_slices_sql("ba_keys", cats, spot=spot)
+            row = con.execute(f"SELECT (SELECT count(*) FROM ({joined})), (SELECT sum(n) FROM ({joined})), "
+                              f"(SELECT count(*) FROM (({one_pass}) EXCEPT ALL ({joined}))), "
+                              f"(SELECT count(*) FROM (({joined}) EXCEPT ALL ({one_pass})))").fetchone()
+            assert row is not None
+            return tuple(row)
+
+        con.execute("CREATE TEMP TABLE ba_fake_spot (x_LineItemId VARCHAR)")
+        slices, lines, *differ = compare()
+        assert slices > 0 and differ == [0, 0]  # each of these bills buys instance hours on demand
+        assert con.execute("SELECT count(*) FROM (SELECT * EXCLUDE (run_id) FROM spot_bill EXCEPT ALL "
+                           f"({pricing.bill_slices_sql('ba_keys', cats, spot=spot)}))").fetchone() == (0,)
+        billed = con.execute(f"SELECT k.x_LineItemId FROM ba_keys k JOIN line_items l USING (x_LineItemId) WHERE "
+                             f"{pricing._on_demand_case()} AND k.quantity > 0 AND coalesce(l.EffectiveCost, "
+                             "l.BilledCost) > 0 ORDER BY 1 LIMIT 2").fetchall()
+        for suffix, zero in (("-free", "0 AS EffectiveCost, 0 AS BilledCost"),
+                             ("-none", "0 AS PricingQuantity, 0 AS ConsumedQuantity")):
+            con.execute(f"INSERT INTO line_items SELECT * REPLACE (x_LineItemId || '{suffix}' AS x_LineItemId, {zero}) "
+                        "FROM line_items WHERE x_LineItemId = ?", [billed[0][0]])
+        if len(billed) > 1:
+            con.execute("INSERT INTO ba_fake_spot VALUES (?)", [billed[1][0]])
+        _, lines_after, *differ = compare()
+        assert differ == [0, 0] and lines_after == lines - (len(billed) > 1)
