@@ -257,10 +257,16 @@ class Plan:
             con.execute("CREATE OR REPLACE TEMP TABLE ba_pids AS SELECT x_LineItemId FROM ba_plines")
             con.execute("CREATE OR REPLACE TEMP TABLE ba_phits AS SELECT x_LineItemId, rule_id, category "
                         "FROM rule_hits SEMI JOIN ba_pids USING (x_LineItemId)")
-            pricing.bill_keys(con, "ba_plines", "ba_keys_d")
             con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql(hits='ba_phits')}")
-            con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM "
-                        f"({pricing.bill_slices_sql('ba_keys_d', 'ba_cats', lines='ba_plines')})")
+            spot = "(SELECT x_LineItemId FROM ba_cats WHERE category = 'spot_compute')"
+            # the bill's slices in one pass over the slices' lines (pricing.bill_slices_one_pass_sql), then the keys
+            # pricing reads: the spot lines' alone
+            slices = pricing.bill_slices_one_pass_sql("ba_plines", spot)
+            pricing.bill_keys(con, "ba_plines" if slices is None else
+                              f"(SELECT l.* FROM ba_plines l SEMI JOIN {spot} s ON s.x_LineItemId = l.x_LineItemId)",
+                              "ba_keys_d")
+            slices = slices or pricing.bill_slices_sql("ba_keys_d", "ba_cats", lines="ba_plines")
+            con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM ({slices})")
             # the keys whose bill price moved, and the spot lines to price again
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_bill_keys AS SELECT DISTINCT provider, price_key, region,
                 unit, currency FROM ((SELECT * FROM ba_bill_old EXCEPT SELECT * FROM {bill})
