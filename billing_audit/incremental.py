@@ -258,13 +258,11 @@ class Plan:
             con.execute("CREATE OR REPLACE TEMP TABLE ba_phits AS SELECT x_LineItemId, rule_id, category "
                         "FROM rule_hits SEMI JOIN ba_pids USING (x_LineItemId)")
             con.execute(f"CREATE OR REPLACE TEMP TABLE ba_cats AS {pricing.categories_sql(hits='ba_phits')}")
-            spot = "(SELECT x_LineItemId FROM ba_cats WHERE category = 'spot_compute')"
+            spot = pricing.spot_ids_sql("ba_cats")
             # the bill's slices in one pass over the slices' lines (pricing.bill_slices_one_pass_sql), then the keys
             # pricing reads: the spot lines' alone
             slices = pricing.bill_slices_one_pass_sql("ba_plines", spot)
-            pricing.bill_keys(con, "ba_plines" if slices is None else
-                              f"(SELECT l.* FROM ba_plines l SEMI JOIN {spot} s ON s.x_LineItemId = l.x_LineItemId)",
-                              "ba_keys_d")
+            pricing.bill_keys(con, "ba_plines" if slices is None else pricing.lines_of_sql("ba_plines", spot), "ba_keys_d")
             slices = slices or pricing.bill_slices_sql("ba_keys_d", "ba_cats", lines="ba_plines")
             con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM ({slices})")
             # the keys whose bill price moved, and the spot lines to price again
@@ -288,10 +286,10 @@ class Plan:
                         "UNION ALL SELECT x_LineItemId FROM ba_extra")
             lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
             if _one(con, "SELECT count(*) FROM ba_extra")[0]:
-                con.execute("CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL "
-                            "SELECT l.* FROM line_items l SEMI JOIN ba_extra r ON r.x_LineItemId = l.x_LineItemId")
-                pricing.bill_keys(con, "(SELECT l.* FROM line_items l SEMI JOIN ba_extra r "
-                                       "ON r.x_LineItemId = l.x_LineItemId)", "ba_keys_x")
+                # read twice (the lines, then their keys): materialised once, with every column, it took longer
+                extra = pricing.lines_of_sql("line_items", "ba_extra")
+                con.execute(f"CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL SELECT * FROM {extra}")
+                pricing.bill_keys(con, extra, "ba_keys_x")
                 con.execute("CREATE OR REPLACE TEMP VIEW ba_rkeys AS SELECT * FROM ba_keys_d UNION ALL "
                             "SELECT * FROM ba_keys_x")
                 con.execute("CREATE OR REPLACE TEMP VIEW ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "

@@ -345,13 +345,23 @@ def _money(x: Decimal) -> Decimal:
     return x.quantize(Decimal("0.000000000001"), rounding=ROUND_HALF_EVEN)
 
 
+def spot_ids_sql(cats: str) -> str:
+    """The spot lines' x_LineItemId, from the relation ``cats`` (each line's category)."""
+    return f"(SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')"
+
+
+def lines_of_sql(lines: str, ids: str) -> str:
+    """The lines of the relation ``lines`` whose x_LineItemId is in the relation ``ids``."""
+    return f"(SELECT l.* FROM {lines} l SEMI JOIN {ids} i ON i.x_LineItemId = l.x_LineItemId)"
+
+
 def bill_slices_sql(keys: str = "ba_keys", cats: str = "line_categories", lines: str = "line_items",
                     spot: str | None = None) -> str:
     """The bill's own on-demand prices per slice (provider x billing account x billing month) and key: the cost and
     quantity of the lines bought on demand (not spot compute), from ``keys`` (:func:`keys_sql` over some lines),
     read from the relation ``lines`` (which must hold those lines: a narrower one reads less).  ``spot``: a relation
     of the spot lines' x_LineItemId (default: those of ``cats`` in category spot_compute)."""
-    spot = spot or f"(SELECT x_LineItemId FROM {cats} WHERE category = 'spot_compute')"
+    spot = spot or spot_ids_sql(cats)
     return f"""
         SELECT l.x_Provider AS p, l.BillingAccountId AS a, date_trunc('month', l.BillingPeriodStart + INTERVAL 14 DAY)
                AS s, k.provider, k.price_key, k.region, k.unit, k.currency,
@@ -537,9 +547,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     if keys is None:
         # the keys read below: the spot lines' alone (10M lines: 6.3M keys made, 3.0M read), unless the bill's
         # slices are made from them
-        src = lines if bill is None and whole is None else \
-            f"(SELECT l.* FROM {lines} l SEMI JOIN ba_spot s ON s.x_LineItemId = l.x_LineItemId)"
-        bill_keys(con, src, "ba_keys")
+        bill_keys(con, lines if bill is None and whole is None else lines_of_sql(lines, "ba_spot"), "ba_keys")
         keys = "ba_keys"
     if bill is None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS "
