@@ -234,7 +234,8 @@ class Plan:
             con.execute(f"DROP VIEW IF EXISTS {v}")
         for t in ("ba_old_hits", "ba_touched", "ba_touched_od", "ba_spot_od", "ba_gslices", "ba_pslices",
                   "ba_months", "ba_changed", "ba_dirty_lines", "ba_keys_d", "ba_bill_old", "ba_bill_keys",
-                  "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x"):
+                  "ba_bill_slices", "ba_cats", "ba_pids", "ba_phits", "ba_extra", "ba_keys_x", "ba_moved", "ba_rebill",
+                  "ba_bill_now"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
     def _price(self, con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -274,12 +275,20 @@ class Plan:
             # lines priced from the bill or not priced at all.  Outside the priced slices a line's hits did not
             # move (a line whose hits moved put its slice in them: ba_touched), so one in spot_od is still a spot
             # line (spot_od holds exactly the lines of category spot_compute after every run)
-            con.execute("""CREATE OR REPLACE TEMP TABLE ba_extra AS
-                SELECT o.x_LineItemId FROM spot_od o JOIN ba_bill_keys b ON b.provider = o.x_Provider
-                  AND b.price_key = o.price_key AND b.region IS NOT DISTINCT FROM o.region
-                  AND b.unit IS NOT DISTINCT FROM o.unit AND b.currency = o.currency
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_moved AS
+                SELECT o.x_LineItemId, o.x_Provider, o.od_source, o.price_key, o.region, o.unit, o.currency, o.quantity,
+                       o.od_cost AS was
+                FROM spot_od o JOIN ba_bill_keys b ON {pricing.BILL_KEY_MATCH.format(b="b", o="o")}
                 WHERE (o.od_source IS NULL OR o.od_source = 'bill')
                   AND NOT EXISTS (SELECT 1 FROM ba_pids p WHERE p.x_LineItemId = o.x_LineItemId)""")
+            # of those, a line priced from the bill whose key is still in it is its key's new unit price times
+            # its quantity (pricing.rebill_sql, from spot_od alone), its row updated in place below (a delete and
+            # insert of rows all over spot_od made the commit rewrite the whole table); the rest (unpriced, or
+            # their key left the bill) are priced again from their lines (ba_extra)
+            pricing.bill_table(con, "spot_bill", "ba_bill_now")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_rebill AS {pricing.rebill_sql('ba_moved', 'ba_bill_now')}")
+            con.execute("CREATE OR REPLACE TEMP TABLE ba_extra AS SELECT x_LineItemId FROM ba_moved "
+                        "ANTI JOIN ba_rebill USING (x_LineItemId)")
             # views over the tables made above, not copies of them: the tag run's temp tables share the store's
             # memory limit (a copy of a million ids and keys made the rest of the run spill)
             con.execute("CREATE OR REPLACE TEMP VIEW ba_reclass AS SELECT x_LineItemId FROM ba_pids "
@@ -296,12 +305,13 @@ class Plan:
                             "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
                 lines, keys, cats = "ba_rlines", "ba_rkeys", "ba_rcats"
             pricing.classify(con, lines, "spot_bill", cats, keys=keys)
+            rebill = True
             gone = "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)"
         else:  # other price references: every spot line again
             pricing.classify(con)
             con.execute("DELETE FROM spot_bill")
             con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM ba_bill_slices")
-            gone = "TRUE"
+            gone, rebill = "TRUE", False
         con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_touched_od AS
             SELECT coalesce(o.x_LineItemId, n.x_LineItemId) AS x_LineItemId
             FROM (SELECT x_LineItemId, od_cost FROM spot_od WHERE {gone}) o FULL JOIN ba_spot_od n ON n.x_LineItemId = o.x_LineItemId
@@ -309,6 +319,12 @@ class Plan:
         # the equivalents of lines that are gone went with them (the ingest that removed them: drop_gone)
         con.execute(f"DELETE FROM spot_od WHERE {gone}")
         con.execute("INSERT INTO spot_od SELECT *, ? FROM ba_spot_od", [run_id])
+        if rebill:  # what moves in a bill-priced line's row when only its key's bill price moved
+            con.execute("INSERT INTO ba_touched_od SELECT r.x_LineItemId FROM ba_rebill r JOIN ba_moved m "
+                        "USING (x_LineItemId) WHERE r.od_cost IS DISTINCT FROM m.was")
+            con.execute("""UPDATE spot_od SET od_cost = r.od_cost, od_unit_price = r.od_unit_price,
+                price_ref = r.price_ref, price_as_of = r.price_as_of, run_id = ?
+                FROM ba_rebill r WHERE r.x_LineItemId = spot_od.x_LineItemId""", [run_id])
 
 
 def _slices_of(con: duckdb.DuckDBPyConnection, into: str, lines: str, base: str = "ba_changed") -> None:

@@ -553,11 +553,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS "
                     f"{whole or bill_slices_sql(keys, cats, spot=spot)}")
         bill = "ba_bill_slices"
-    # the bill's own on-demand prices: per key, the cost and quantity of the lines bought on demand
-    unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill ({', '.join(f'{n} {t}' for n, t in BILL_COLUMNS)})")
-    if unit_prices:
-        con.executemany(f"INSERT INTO ba_bill VALUES ({', '.join('?' * len(BILL_COLUMNS))})", unit_prices)
+    bill_table(con, bill, "ba_bill")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql('ba_spot', keys)}")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_spot_od AS
         SELECT x_LineItemId, x_Provider, od_cost, od_source,
@@ -566,8 +562,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
           CASE od_source
             WHEN 'export' THEN 'the export: ' || coalesce(list_source, 'ListCost')
             WHEN 'reference' THEN ref_source || coalesce(' row ' || ref_row, '') || ' (' || ref_kind || ' price)'
-            WHEN 'bill' THEN 'the bill: ' || bill_n || ' on-demand line(s) of ' || price_key || ' in the store, '
-                             || strftime(bill_first, '%Y-%m-%d') || ' to ' || strftime(bill_last, '%Y-%m-%d')
+            WHEN 'bill' THEN {_bill_ref("bill_n", "price_key", "bill_first", "bill_last")}
           END AS price_ref,
           CASE od_source WHEN 'reference' THEN ref_kind WHEN 'bill' THEN 'bill' WHEN 'export' THEN 'export' END
             AS price_kind,
@@ -587,6 +582,40 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         FROM ({priced_sql('ba_spot', keys, 'ba_ref', 'ba_bill')}) p""")
     for t in ("ba_spot", "ba_keys", "ba_bill", "ba_ref"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def bill_table(con: duckdb.DuckDBPyConnection, bill: str, into: str) -> None:
+    """The bill's own on-demand prices (:data:`BILL_COLUMNS`) as the temp table ``into``: per key, the cost and
+    quantity of the lines bought on demand, from the relation ``bill`` (:func:`bill_slices_sql`'s columns)."""
+    unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {into} ({', '.join(f'{n} {t}' for n, t in BILL_COLUMNS)})")
+    if unit_prices:
+        con.executemany(f"INSERT INTO {into} VALUES ({', '.join('?' * len(BILL_COLUMNS))})", unit_prices)
+
+
+def _bill_ref(n: str, key: str, first: str, last: str) -> str:
+    """A bill-priced line's ``price_ref``: how many on-demand lines of its key the store holds, and when."""
+    return (f"'the bill: ' || {n} || ' on-demand line(s) of ' || {key} || ' in the store, ' || "
+            f"strftime({first}, '%Y-%m-%d') || ' to ' || strftime({last}, '%Y-%m-%d')")
+
+
+BILL_KEY_MATCH = ("{b}.provider = {o}.x_Provider AND {b}.price_key = {o}.price_key AND {b}.region IS NOT DISTINCT "
+                  "FROM {o}.region AND {b}.unit IS NOT DISTINCT FROM {o}.unit AND {b}.currency = {o}.currency")
+
+
+def rebill_sql(od: str, bill: str) -> str:
+    """The equivalents (``ba_spot_od``'s columns) of lines priced from the bill (``od``: their rows of spot_od,
+    od_source 'bill') at the bill's prices ``bill`` (:func:`bill_table`), for lines whose key is still in it: what
+    :func:`classify` makes of them again when the line, its key and the price references are as they were (an
+    equivalent from the bill is the key's unit price times the line's quantity, both kept in spot_od) but the
+    bill moved.  A line whose key left the bill is not here: classify says why it is unpriced."""
+    return f"""
+        SELECT o.x_LineItemId, o.x_Provider, {_times("od_cost", "b.unit_price", "o.quantity")}, 'bill' AS od_source,
+               b.unit_price AS od_unit_price, o.price_key, o.region, o.unit, o.currency, o.quantity,
+               {_bill_ref("b.n", "o.price_key", "b.first", "b.last")} AS price_ref, 'bill' AS price_kind,
+               b.last AS price_as_of, NULL::VARCHAR AS reason
+        FROM {od} o JOIN {bill} b ON {BILL_KEY_MATCH.format(b="b", o="o")}
+        WHERE o.od_source = 'bill'"""
 
 
 def build_spot_od(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
