@@ -149,6 +149,28 @@ def _month(period: str) -> tuple[datetime, datetime]:
     return datetime(y, m, 1), datetime(y + m // 12, m % 12 + 1, 1)
 
 
+def _not_reconciled(counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Per provider without events in the store: its fee lines, not reconciled, and why."""
+    return [{"provider": p, "fee_lines": n, "reason": f"no interruption events of {p} are in the store "
+             "(ingest its event logs beside the bill: README \"Interruption events\")"} for p, n in sorted(counts.items())]
+
+
+def _fee_counts(con: Any, period: str | None) -> dict[str, int] | None:
+    """The fee lines (category restart_fee) of ``period`` per provider, from the stored line groups (the lines of
+    a category counted per group: no scan of every rule hit for a month's few fee lines); None when the groups are
+    not those of the lines stored now."""
+    from billing_audit.rollup import current_groups
+
+    stored = current_groups(con)
+    if stored is None:
+        return None
+    groups, keys = stored
+    rows = con.execute(f"SELECT k.provider, sum(g.n) FROM {groups} g JOIN {keys} k ON k.h = g.h "
+                       f"WHERE g.rank = {CATEGORIES.index('restart_fee') + 1} AND {period_filter(period)} "
+                       "GROUP BY k.provider").fetchall()
+    return {str(p): int(n) for p, n in rows if n}
+
+
 def reconcile(store: Store, period: str | None = None) -> Reconciliation:
     """The reconciliation of ``period`` (YYYY-MM; None: every period held)."""
     con = store.con
@@ -172,6 +194,10 @@ def reconcile(store: Store, period: str | None = None) -> Reconciliation:
             runs[-1].last = t
         else:
             runs.append(Interruption(prov, rid, t, [kind], [f"{f}:{row}"], t))
+    if not providers:  # no events at all: every fee line is only counted, per provider
+        counts = _fee_counts(con, period)
+        if counts is not None:
+            return Reconciliation(period or "all", held, [], [], _not_reconciled(counts), [])
     # A line's category (line_categories) is restart_fee when one of its hits is and none of a category before it
     # in precedence: read those hits alone, not every line's category (the view groups all the hits in the store).
     where = "l.x_LineItemId IN (SELECT x_LineItemId FROM rule_hits WHERE category = 'restart_fee')"
@@ -195,9 +221,7 @@ def reconcile(store: Store, period: str | None = None) -> Reconciliation:
     for f in fees:
         if f.provider not in providers:
             others.setdefault(f.provider, []).append(f)
-    not_reconciled = [{"provider": p, "fee_lines": len(fs), "reason": f"no interruption events of {p} are in the store "
-                       "(ingest its event logs beside the bill: README \"Interruption events\")"}
-                      for p, fs in sorted(others.items())]
+    not_reconciled = _not_reconciled({p: len(fs) for p, fs in others.items()})
     for f in mine:
         if f.status == "not_matchable":
             continue

@@ -141,3 +141,21 @@ def test_facts_written_out_for_start_up_equal_their_owners() -> None:
     assert options.engine_names() == ["duckdb", *(n for n in engines.names() if n != "duckdb")]
     for name in registry.with_part("pull"):
         assert pulling.puller(name).title == registry.connector(name).TITLE
+
+
+def test_a_known_choice_is_taken_without_loading_the_choices() -> None:
+    """--engine duckdb (the default) does not read every installed package's entry points; any other value does,
+    and a wrong one is refused with the choices loaded."""
+    from billing_audit.cli.options import LazyChoice
+
+    loads: list[int] = []
+
+    def load() -> list[str]:
+        loads.append(1)
+        return ["duckdb", "spark"]
+
+    choice = LazyChoice(load, known=["duckdb"])
+    assert (choice.convert("duckdb", None, None), loads) == ("duckdb", [])
+    assert (choice.convert("spark", None, None), loads) == ("spark", [1])
+    with pytest.raises(click.BadParameter, match="'nope' is not one of 'duckdb', 'spark'"):
+        choice.convert("nope", None, None)

@@ -234,3 +234,34 @@ def test_the_html_report_has_the_reconciliation(with_events: Path, bills_only: P
     with billing_audit.open(bills_only, read_only=True) as store:
         page = render_html(build_report(store, load_config(CONFIG), "2026-11"))
     assert 'id="reconciliation-none"' in page and "aws: 2 fee line(s) not reconciled" in page
+
+
+def test_without_events_the_fee_lines_counted_from_the_groups_are_the_lines_of_category_restart_fee(
+        bills_only: Path, tmp_path: Path) -> None:
+    """With no events in the store, reconcile counts each provider's fee lines from the stored line groups; they
+    are the lines whose category is restart_fee, in every period and in all of them, and when the groups are not
+    those of the lines stored now it counts the lines themselves, with the same answer."""
+    from billing_audit import reconcile as rec_mod
+
+    with billing_audit.open(bills_only, read_only=True) as s:
+        periods = [r[0] for r in s.con.execute(
+            "SELECT DISTINCT strftime(date_trunc('month', BillingPeriodStart + INTERVAL 14 DAY), '%Y-%m') "
+            "FROM line_items ORDER BY 1").fetchall()]
+        want = {}
+        for p in [*periods, None, "2031-01"]:
+            rows = s.con.execute(
+                "SELECT l.x_Provider, count(*) FROM line_items l JOIN line_categories c USING (x_LineItemId) "
+                "WHERE c.category = 'restart_fee' AND (? IS NULL OR strftime(date_trunc('month', "
+                "l.BillingPeriodStart + INTERVAL 14 DAY), '%Y-%m') = ?) GROUP BY 1", [p, p]).fetchall()
+            want[p] = dict(rows)
+            assert rec_mod._fee_counts(s.con, p) == want[p], p
+            got = {n["provider"]: n["fee_lines"] for n in rec_mod.reconcile(s, p).not_reconciled}
+            assert got == want[p], p
+    assert sum(want[None].values()) == 3 and want["2031-01"] == {}
+    # groups of another tag run than the lines' (as an older store's): the lines are read, the same counts
+    db = tmp_path / "old.duckdb"
+    db.write_bytes(bills_only.read_bytes())
+    with billing_audit.open(db) as s:
+        s.con.execute("UPDATE line_groups_meta SET run_id = run_id - 1")
+        assert rec_mod._fee_counts(s.con, None) is None
+        assert {n["provider"]: n["fee_lines"] for n in rec_mod.reconcile(s, None).not_reconciled} == want[None]
