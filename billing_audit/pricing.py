@@ -562,11 +562,10 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
           CASE od_source
             WHEN 'export' THEN 'the export: ' || coalesce(list_source, 'ListCost')
             WHEN 'reference' THEN ref_source || coalesce(' row ' || ref_row, '') || ' (' || ref_kind || ' price)'
-            WHEN 'bill' THEN {_bill_ref("bill_n", "price_key", "bill_first", "bill_last")}
           END AS price_ref,
           CASE od_source WHEN 'reference' THEN ref_kind WHEN 'bill' THEN 'bill' WHEN 'export' THEN 'export' END
             AS price_kind,
-          CASE od_source WHEN 'reference' THEN ref_fetched WHEN 'bill' THEN bill_last END AS price_as_of,
+          CASE od_source WHEN 'reference' THEN ref_fetched END AS price_as_of,
           CASE WHEN od_source IS NOT NULL THEN NULL
             WHEN NOT has_part THEN 'the export has no on-demand price for this line (' || coalesce(list_source, '?')
                                    || ') and its provider has no price references'
@@ -589,14 +588,10 @@ def bill_table(con: duckdb.DuckDBPyConnection, bill: str, into: str) -> None:
     quantity of the lines bought on demand, from the relation ``bill`` (:func:`bill_slices_sql`'s columns)."""
     unit_prices = bill_prices(con.execute(bill_sums_sql(bill)).fetchall())
     con.execute(f"CREATE OR REPLACE TEMP TABLE {into} ({', '.join(f'{n} {t}' for n, t in BILL_COLUMNS)})")
-    if unit_prices:
-        con.executemany(f"INSERT INTO {into} VALUES ({', '.join('?' * len(BILL_COLUMNS))})", unit_prices)
-
-
-def _bill_ref(n: str, key: str, first: str, last: str) -> str:
-    """A bill-priced line's ``price_ref``: how many on-demand lines of its key the store holds, and when."""
-    return (f"'the bill: ' || {n} || ' on-demand line(s) of ' || {key} || ' in the store, ' || "
-            f"strftime({first}, '%Y-%m-%d') || ' to ' || strftime({last}, '%Y-%m-%d')")
+    row = f"({', '.join('?' * len(BILL_COLUMNS))})"
+    for i in range(0, len(unit_prices), 500):  # one statement per 500 keys (executemany: one per key, 0.2 s per 240)
+        part = unit_prices[i:i + 500]
+        con.execute(f"INSERT INTO {into} VALUES {', '.join([row] * len(part))}", [v for r in part for v in r])
 
 
 BILL_KEY_MATCH = ("{b}.provider = {o}.x_Provider AND {b}.price_key = {o}.price_key AND {b}.region IS NOT DISTINCT "
@@ -608,12 +603,12 @@ def rebill_sql(od: str, bill: str) -> str:
     od_source 'bill') at the bill's prices ``bill`` (:func:`bill_table`), for lines whose key is still in it: what
     :func:`classify` makes of them again when the line, its key and the price references are as they were (an
     equivalent from the bill is the key's unit price times the line's quantity, both kept in spot_od) but the
-    bill moved.  A line whose key left the bill is not here: classify says why it is unpriced."""
+    bill's unit price moved.  A line whose key left the bill is not here: classify says why it is unpriced."""
     return f"""
         SELECT o.x_LineItemId, o.x_Provider, {_times("od_cost", "b.unit_price", "o.quantity")}, 'bill' AS od_source,
                b.unit_price AS od_unit_price, o.price_key, o.region, o.unit, o.currency, o.quantity,
-               {_bill_ref("b.n", "o.price_key", "b.first", "b.last")} AS price_ref, 'bill' AS price_kind,
-               b.last AS price_as_of, NULL::VARCHAR AS reason
+               NULL::VARCHAR AS price_ref, 'bill' AS price_kind, NULL::TIMESTAMP AS price_as_of,
+               NULL::VARCHAR AS reason
         FROM {od} o JOIN {bill} b ON {BILL_KEY_MATCH.format(b="b", o="o")}
         WHERE o.od_source = 'bill'"""
 
@@ -737,7 +732,26 @@ def line(con: duckdb.DuckDBPyConnection, line_item_id: str) -> dict[str, Any] | 
         return None
     cur = con.execute("SELECT * FROM spot_od WHERE x_LineItemId = ?", [line_item_id])
     row = cur.fetchone()
-    return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
+    if not row:
+        return None
+    od = dict(zip([d[0] for d in cur.description], row, strict=True))
+    if od["od_source"] == "bill" and od["price_ref"] is None and _has(con, "spot_bill"):
+        # a price from the bill says which of the bill's lines it is from, as the last tag run found them
+        # (spot_bill); kept per key, not per line, so that a re-delivery that adds on-demand lines of a key at the
+        # same unit price rewrites no spot line of the other months
+        b = con.execute(f"SELECT n, first, last FROM ({bill_sums_sql('spot_bill')}) b WHERE b.provider = ? "
+                        "AND b.price_key = ? AND b.region IS NOT DISTINCT FROM ? AND b.unit IS NOT DISTINCT FROM ? "
+                        "AND b.currency = ?",
+                        [od["x_Provider"], od["price_key"], od["region"], od["unit"], od["currency"]]).fetchone()
+        if b is not None:
+            od["price_ref"] = bill_ref(od["price_key"], int(b[0]), b[1], b[2])
+            od["price_as_of"] = b[2]
+    return od
+
+
+def bill_ref(key: str, n: int, first: datetime, last: datetime) -> str:
+    """A bill-priced line's provenance: how many on-demand lines of its key the store holds, and when."""
+    return f"the bill: {n} on-demand line(s) of {key} in the store, {first:%Y-%m-%d} to {last:%Y-%m-%d}"
 
 
 def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from billing_audit.categories import CATEGORIES
 from billing_audit.errors import BillingAuditError
@@ -29,6 +29,9 @@ from billing_audit.events import INTERRUPTING
 from billing_audit.rollup import COUNTABLE_UNIT, NO_TAG_RUN, period_filter
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
+
+if TYPE_CHECKING:
+    import duckdb
 
 CLUSTER_GAP = timedelta(minutes=10)
 MATCH_BEFORE = timedelta(minutes=10)
@@ -155,7 +158,7 @@ def _not_reconciled(counts: dict[str, int]) -> list[dict[str, Any]]:
              "(ingest its event logs beside the bill: README \"Interruption events\")"} for p, n in sorted(counts.items())]
 
 
-def _fee_counts(con: Any, period: str | None) -> dict[str, int] | None:
+def _fee_counts(con: duckdb.DuckDBPyConnection, period: str | None) -> dict[str, int] | None:
     """The fee lines (category restart_fee) of ``period`` per provider, from the stored line groups (the lines of
     a category counted per group: no scan of every rule hit for a month's few fee lines); None when the groups are
     not those of the lines stored now."""

@@ -72,7 +72,8 @@ class TagResult:
 # Bumped when what a tag run writes changes meaning in a way no version below says (a rule-hit, spot_od, group or
 # search-index rule): a run recorded with another state key is redone.  2: checkpoint_slices kept per slice.
 # 3: the ingest drops the spot_od rows of the lines it removes (one full re-tag drops those an older one left).
-TAG_STATE_VERSION = 3
+# 4: a bill-priced spot_od row holds no price_ref or price_as_of (pricing.line says them from spot_bill).
+TAG_STATE_VERSION = 4
 
 
 def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[str, Any] | None) -> str:

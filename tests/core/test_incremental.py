@@ -15,7 +15,7 @@ import importlib.util
 import json
 import random
 import shutil
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import billing_audit
-from billing_audit import outputs
+from billing_audit import outputs, pricing
 from billing_audit.config import load_config
 from billing_audit.report import build_report
 from billing_audit.rules import load_rules
@@ -189,8 +189,6 @@ def _run(work: Path, steps: list[tuple[Any, ...]]) -> list[Any]:
                     rep = s.ingest([exports])
                     assert not rep.errors, rep.errors
         elif step[0] == "prices":
-            from billing_audit import pricing
-
             for store in (db, full):
                 with billing_audit.open(store) as s:
                     pricing.load_files(s.con, [PRICE_LIST])
@@ -428,3 +426,57 @@ def test_only_the_lines_of_files_with_a_gone_ids_fingerprint_are_checked(tmp_pat
         assert incremental.drop_gone(s.con) == 1
         assert q("SELECT count(*) FROM rule_hits").fetchone()[0] == n - 1
         assert q("SELECT count(*) FROM rule_hits WHERE x_LineItemId = 'gone-0123456789ab-1'").fetchone()[0] == 0
+
+
+def test_more_on_demand_lines_at_the_same_price_re_price_no_spot_line_elsewhere(tmp_path: Path) -> None:
+    """September's spot lines are priced from the bill (their export has no on-demand price) by p4d bought on demand
+    in November.  November delivered again with a second p4d line at the same unit price: the bill's lines behind
+    the price moved, the price did not, so no September row is written again (the run does not re-price them), while
+    explain's account of where the price came from counts the new line; the state equals a full re-tag."""
+    _setup(tmp_path)
+    db, exports = tmp_path / "store.duckdb", tmp_path / "exports"
+
+    def month(m: int, seed: int, od_hours: int) -> list[dict[str, Any]]:
+        rows = [r for r in _month_rows(0, m, seed) if not str(r["identity_line_item_id"]).startswith("od-")]
+        for r in rows:
+            if "SpotUsage" in str(r["line_item_usage_type"]):
+                r["pricing_public_on_demand_cost"] = 0.0
+        for h in range(od_hours):
+            od = dict(rows[0])
+            s = MONTHS[m] + timedelta(hours=h)
+            od.update(identity_line_item_id=f"od-{m}-{h}", line_item_usage_type="USE1-BoxUsage:p4d.24xlarge",
+                      line_item_operation="RunInstances", line_item_unblended_cost=32.7726,
+                      line_item_usage_amount=1.0, line_item_usage_start_date=s,
+                      line_item_usage_end_date=s + timedelta(hours=1),
+                      identity_time_interval=f"{s:%Y-%m-%dT%H:00:00Z}/{s + timedelta(hours=1):%Y-%m-%dT%H:00:00Z}",
+                      line_item_line_item_description="$32.7726 per On Demand Linux p4d.24xlarge Instance Hour",
+                      pricing_term="OnDemand", pricing_public_on_demand_cost=32.7726, line_item_resource_id="i-0d0d")
+            rows.append(od)
+        return rows
+
+    _write(exports, "cur-0", 0, [month(0, 3, 0)])
+    _write(exports, "cur-0", 2, [month(2, 4, 1)])
+    with billing_audit.open(db) as s:
+        assert not s.ingest([exports]).errors
+    first = _tag(db, {}, tmp_path)
+    query = ("SELECT o.x_LineItemId, o.od_cost, o.run_id FROM spot_od o JOIN line_items l USING (x_LineItemId) "
+             "WHERE l.BillingPeriodStart = ? AND o.od_source = 'bill' ORDER BY 1")
+    with billing_audit.open(db, read_only=True) as s:
+        september = s.con.execute(query, [MONTHS[0]]).fetchall()
+        said = pricing.line(s.con, september[0][0])
+    assert september and {r[2] for r in september} == {first.run_id}
+    assert said is not None and said["price_ref"].startswith("the bill: 1 on-demand line(s) of ")
+    _write(exports, "cur-0", 2, [month(2, 4, 2)])  # one more p4d hour at the same price
+    with billing_audit.open(db) as s:
+        assert not s.ingest([exports]).errors
+    full = tmp_path / "full.duckdb"
+    shutil.copy(db, full)
+    again = _tag(db, {}, tmp_path)
+    assert again.plan is not None and again.plan.changed == 1
+    with billing_audit.open(db, read_only=True) as s:
+        assert s.con.execute(query, [MONTHS[0]]).fetchall() == september  # same cost, written by the first run
+        said = pricing.line(s.con, september[0][0])
+    assert said is not None and said["price_ref"].startswith("the bill: 2 on-demand line(s) of ")
+    assert said["price_as_of"] == MONTHS[2] + timedelta(hours=2)
+    assert _tag(full, {}, tmp_path, force=True).plan is None
+    assert _state(db) == _state(full)

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 import billing_audit
+from billing_audit import pricing
 from billing_audit.config import Config
 from billing_audit.errors import InputError
 from billing_audit.report import build_report
@@ -187,8 +188,12 @@ def test_the_bill_prices_a_cpu_spot_hour_the_way_a_2018_cur_allows(tmp_path: Pat
         assert not store.ingest([CUR_2018]).errors
         store.tag(load_rules([rules]).rules)
         row = store.con.execute(
-            "SELECT o.od_cost, o.od_source, o.od_unit_price, o.price_key, o.price_ref FROM spot_od o "
+            "SELECT o.x_LineItemId, o.od_cost, o.od_source, o.od_unit_price, o.price_key, o.price_ref FROM spot_od o "
             "JOIN line_items l USING (x_LineItemId) WHERE l.x_UsageType = 'USE1-SpotUsage:c5.large'").fetchone()
-    assert row == (D("0.085"), "bill", D("0.085"), "BoxUsage:c5.large|RunInstances",
-                   "the bill: 1 on-demand line(s) of BoxUsage:c5.large|RunInstances in the store, "
-                   "2018-06-14 to 2018-06-14")
+        assert row is not None
+        od = pricing.line(store.con, row[0])
+    # the bill's lines behind the price are kept per key (spot_bill) and said by pricing.line (explain)
+    assert row[1:] == (D("0.085"), "bill", D("0.085"), "BoxUsage:c5.large|RunInstances", None)
+    assert od is not None and (od["price_ref"], od["price_as_of"]) == (
+        "the bill: 1 on-demand line(s) of BoxUsage:c5.large|RunInstances in the store, 2018-06-14 to 2018-06-14",
+        datetime(2018, 6, 14, 4))  # the end of the last on-demand line's charge period
