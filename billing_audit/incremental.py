@@ -280,7 +280,7 @@ class Plan:
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_moved AS
                 SELECT o.x_LineItemId, o.x_Provider, o.od_source, o.price_key, o.region, o.unit, o.currency, o.quantity,
                        o.od_cost AS was
-                FROM spot_od o JOIN ba_bill_keys b ON {pricing.BILL_KEY_MATCH.format(b="b", o="o")}
+                FROM spot_od o JOIN ba_bill_keys b ON {pricing.bill_key_match("b", "o")}
                 WHERE (o.od_source IS NULL OR o.od_source = 'bill')
                   AND NOT EXISTS (SELECT 1 FROM ba_pids p WHERE p.x_LineItemId = o.x_LineItemId)""")
             # of those, a line priced from the bill whose key is still in it is its key's new unit price times

@@ -435,10 +435,10 @@ def categories_sql(lines: str | None = None, hits: str = "rule_hits") -> str:
 # The pieces of a spot line's on-demand equivalent, written once over relations the caller names: a local tag run
 # (:func:`classify`) and an engine's audit query (:mod:`billing_audit.engines.priced`) run the same SQL.
 SPOT_CATEGORY = "c.category = 'spot_compute'"  # a spot line, over <lines> l JOIN <cats> c
-# the bill's on-demand unit price per key (:func:`bill_prices`): what :func:`priced_sql` reads as ``bill``
+# the bill's on-demand unit price per key (:func:`bill_prices`): what :func:`priced_sql` reads as ``bill`` (the
+# bill's lines behind a price are said from spot_bill: :func:`line`)
 BILL_COLUMNS = [("provider", "VARCHAR"), ("price_key", "VARCHAR"), ("region", "VARCHAR"), ("unit", "VARCHAR"),
-                ("currency", "VARCHAR"), ("unit_price", "DECIMAL(38,12)"), ("n", "BIGINT"), ("first", "TIMESTAMP"),
-                ("last", "TIMESTAMP")]
+                ("currency", "VARCHAR"), ("unit_price", "DECIMAL(38,12)")]
 REF_COLUMNS = [(name, _DDL_TYPE[name]) for name in COLUMN_NAMES]  # price_references' columns, as ref_pick_sql reads
 
 
@@ -465,7 +465,7 @@ def bill_sums_sql(bill: str) -> str:
 def bill_prices(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """:func:`bill_sums_sql`'s rows as :data:`BILL_COLUMNS`: unit price = cost / quantity in Python DECIMAL, rounded
     half to even to 12 places (the same wherever the sums were made), sorted (a stable table)."""
-    out = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6])), int(r[7]), r[8], r[9]) for r in rows]
+    out = [(*r[:5], _money(Decimal(r[5]) / Decimal(r[6]))) for r in rows]
     return sorted(out, key=lambda r: tuple("" if v is None else str(v) for v in r[:5]))
 
 
@@ -513,14 +513,11 @@ def priced_sql(spot: str = "ba_spot", keys: str = "ba_keys", ref: str = "ba_ref"
           SELECT s.*, k.price_key, k.region, k.unit, k.currency, k.quantity, {src} AS od_source,
                  {_times("ref_cost", "r.unit_price", "k.quantity")}, r.unit_price AS ref_price,
                  r.source AS ref_source, r.source_row AS ref_row, r.kind AS ref_kind, r.fetched_at AS ref_fetched,
-                 {_times("bill_cost", "b.unit_price", "k.quantity")}, b.unit_price AS bill_price, b.n AS bill_n,
-                 b.first AS bill_first, b.last AS bill_last
+                 {_times("bill_cost", "b.unit_price", "k.quantity")}, b.unit_price AS bill_price
           FROM {spot} s
           LEFT JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId
           LEFT JOIN {ref} r ON r.x_LineItemId = s.x_LineItemId
-          LEFT JOIN {bill} b ON b.provider = s.x_Provider AND b.price_key = k.price_key
-            AND b.region IS NOT DISTINCT FROM k.region AND b.unit IS NOT DISTINCT FROM k.unit
-            AND b.currency = k.currency) x"""
+          LEFT JOIN {bill} b ON {bill_key_match("b", "k", "s")}) x"""
 
 
 def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
@@ -594,8 +591,13 @@ def bill_table(con: duckdb.DuckDBPyConnection, bill: str, into: str) -> None:
         con.execute(f"INSERT INTO {into} VALUES {', '.join([row] * len(part))}", [v for r in part for v in r])
 
 
-BILL_KEY_MATCH = ("{b}.provider = {o}.x_Provider AND {b}.price_key = {o}.price_key AND {b}.region IS NOT DISTINCT "
-                  "FROM {o}.region AND {b}.unit IS NOT DISTINCT FROM {o}.unit AND {b}.currency = {o}.currency")
+def bill_key_match(bill: str, key: str, provider: str | None = None) -> str:
+    """The join of a relation of the bill's prices or sums (alias ``bill``: provider and the key's columns) to a
+    priced key: alias ``key`` with price_key, region, unit and currency, and ``provider`` with x_Provider (default:
+    ``key``)."""
+    return (f"{bill}.provider = {provider or key}.x_Provider AND {bill}.price_key = {key}.price_key "
+            f"AND {bill}.region IS NOT DISTINCT FROM {key}.region AND {bill}.unit IS NOT DISTINCT FROM {key}.unit "
+            f"AND {bill}.currency = {key}.currency")
 
 
 def rebill_sql(od: str, bill: str) -> str:
@@ -609,7 +611,7 @@ def rebill_sql(od: str, bill: str) -> str:
                b.unit_price AS od_unit_price, o.price_key, o.region, o.unit, o.currency, o.quantity,
                NULL::VARCHAR AS price_ref, 'bill' AS price_kind, NULL::TIMESTAMP AS price_as_of,
                NULL::VARCHAR AS reason
-        FROM {od} o JOIN {bill} b ON {BILL_KEY_MATCH.format(b="b", o="o")}
+        FROM {od} o JOIN {bill} b ON {bill_key_match("b", "o")}
         WHERE o.od_source = 'bill'"""
 
 
@@ -739,9 +741,10 @@ def line(con: duckdb.DuckDBPyConnection, line_item_id: str) -> dict[str, Any] | 
         # a price from the bill says which of the bill's lines it is from, as the last tag run found them
         # (spot_bill); kept per key, not per line, so that a re-delivery that adds on-demand lines of a key at the
         # same unit price rewrites no spot line of the other months
-        b = con.execute(f"SELECT n, first, last FROM ({bill_sums_sql('spot_bill')}) b WHERE b.provider = ? "
-                        "AND b.price_key = ? AND b.region IS NOT DISTINCT FROM ? AND b.unit IS NOT DISTINCT FROM ? "
-                        "AND b.currency = ?",
+        key = ("(SELECT ?::VARCHAR AS x_Provider, ?::VARCHAR AS price_key, ?::VARCHAR AS region, ?::VARCHAR AS unit, "
+               "?::VARCHAR AS currency) o")
+        b = con.execute(f"SELECT n, first, last FROM ({bill_sums_sql('spot_bill')}) b, {key} "
+                        f"WHERE {bill_key_match('b', 'o')}",
                         [od["x_Provider"], od["price_key"], od["region"], od["unit"], od["currency"]]).fetchone()
         if b is not None:
             od["price_ref"] = bill_ref(od["price_key"], int(b[0]), b[1], b[2])
