@@ -45,7 +45,7 @@ COUNTED = ("n", "priced_effective", "priced_billed")
 # GKE cost allocation's namespace label on a node's split rows
 LABELLED = "k8s-namespace"
 # the engines whose audit query shares nodes out as here (billing_audit.engines.k8s_share)
-ENGINES = ("duckdb",)
+ENGINES = ("duckdb", "spark")
 UNIT = "1000000000000"  # 1e12: DECIMAL(38,12) amounts as exact integers
 # the end of a line's charge period in whole hours (a line without an end, or within one hour: its start hour + 1)
 SPAN_END = ("greatest(date_trunc('hour', g.cps) + INTERVAL 1 HOUR, coalesce(date_trunc('hour', g.cpe - INTERVAL 1 MICROSECOND) "

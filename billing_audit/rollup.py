@@ -425,8 +425,10 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
     cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
     joined = (f"{groups} g JOIN ba_attr t ON t.h = g.{'ah' if split else 'h'} JOIN {keys} k ON k.h = g.h "
               f"WHERE {period_filter(period)}")
-    hm = ("coalesce(MAX(CASE WHEN NOT g.split THEN g.hours END), 0) + coalesce(SUM(CASE WHEN g.split THEN g.hours END), 0)"
-          if split else "MAX(g.hours)")
+    # split: each operand DECIMAL(37,12), so that their sum is DECIMAL(38,12) on Spark too (two DECIMAL(38,12) add
+    # up to DECIMAL(38,11) there: the 12th place of a shared hour rounded away)
+    hm = ("CAST(coalesce(MAX(CASE WHEN NOT g.split THEN g.hours END), 0) AS DECIMAL(37,12)) "
+          "+ CAST(coalesce(SUM(CASE WHEN g.split THEN g.hours END), 0) AS DECIMAL(37,12))" if split else "MAX(g.hours)")
     agg = (f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, g.signal AS signal,
        SUM(g.n) AS n, SUM(g.fee_n) AS fee_n

@@ -23,8 +23,9 @@ must stay below 1e38 (amount x weight < 1e14, e.g. 1,000,000 x 100,000,000 of a 
 Ties between parts of equal weight are broken by the keys' resource, accounts and tag text (not the engine's key
 numbers), NULLS FIRST written out, so the remainder goes to the same part on every engine.
 
-Engines that share (:data:`ENGINES`): DuckDB's engine (``--engine duckdb``); Spark runs the same steps once
-checked on pyspark.  BigQuery and Athena do not: the tag
+Engines that share (:data:`ENGINES`): DuckDB's engine (``--engine duckdb``) and Spark (over canonical lines and
+``--source raw``: the same steps, translated, give the local report byte for byte on the EKS and GKE fixtures,
+tests/engines/test_engine_k8s.py and test_engine_spark_raw.py).  BigQuery and Athena do not: the tag
 text has no translation there yet (BigQuery holds tags as an array of structs, Trino's ``map_entries`` rows have
 no field names) and Trino's integer division of decimals rounds, so the report warns on them as before.
 """

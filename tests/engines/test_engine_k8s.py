@@ -1,5 +1,5 @@
 """Kubernetes node sharing inside the engines' audit query (billing_audit.engines.k8s_share): DuckDB's
-engine shares a spot node's lines out to its pods' jobs as the local report does, to the
+engine and Spark's share a spot node's lines out to its pods' jobs as the local report does, to the
 last 1e-12 digit.
 
 The exports are fixtures/gen_k8s.py's (see tests/core/test_kubernetes.py for their figures): EKS node A shared by
@@ -123,3 +123,8 @@ def test_bigquery_and_athena_queries_do_not_share() -> None:
     assert "ba_split_groups" in sql and "ba_k8s_events" in sql
     for engine in ("bigquery", "athena"):
         assert "ba_split_groups" not in pipeline.engine_sql(engine, RULES, Config(), "2026-07", "effective")
+
+
+def test_spark_engine_shares_as_locally(tmp_path: Path) -> None:
+    _tied_and_interrupted("spark", tmp_path)
+    _daily("spark", tmp_path)

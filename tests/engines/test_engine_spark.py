@@ -50,8 +50,7 @@ def _spark_rows(path: Path, period: str | None, basis: str) -> list[tuple]:
 def _duck_rows(path: Path, period: str | None, basis: str) -> list[tuple]:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        # the query Spark runs, on DuckDB: with Spark's own Kubernetes sharing (DuckDB's engine shares nodes out,
-        # Spark's does not yet: billing_audit.engines.k8s_share)
+        # the query Spark runs, on DuckDB: with Spark's own Kubernetes sharing (billing_audit.engines.k8s_share)
         sql = pipeline_sql(RULES, CFG, period, basis, None, k8s_share.shares("spark"))
         return con.execute(to_engine(sql, "duckdb", pipeline.bound_values(RULES, None))).fetchall()
     finally:
