@@ -32,4 +32,4 @@ bench: $(VENV)/.installed
 
 # local DuckDB audit vs Spark local[2] over the raw exports, each a whole process (one heavy run at a time: an hour+)
 bench-spark: $(VENV)/.installed
-	$(BIN)/python bench/spark_sizing.py --rows 1000000 --provider aws --provider azure --out bench/spark-results.json
+	$(BIN)/python bench/spark_sizing.py --rows 1000000 --provider aws --provider azure --provider gcp --out bench/spark-results.json

@@ -338,8 +338,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Local DuckDB audit vs Spark raw-export audit: wall, CPU, peak memory "
                                              "of the process tree, same report.")
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000], help="line counts to size (default 1,000,000)")
-    ap.add_argument("--provider", choices=["aws", "azure"], action="append",
-                    help="the estate to generate (repeat for both; default aws)")
+    ap.add_argument("--provider", choices=["aws", "azure", "gcp"], action="append",
+                    help="the estate to generate (repeat for several; default aws)")
     ap.add_argument("--engines", nargs="+", choices=["local", "spark"], default=["local", "spark"])
     ap.add_argument("--repeat", type=int, default=1, help="runs per engine (medians reported)")
     ap.add_argument("--seed", type=int, default=0)

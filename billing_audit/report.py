@@ -577,6 +577,8 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
             warnings.append(f"--cost-basis {cost_basis}: no effective-cost run beside this engine run, so the savings "
                             f"are {cost_basis} cost against the on-demand equivalent, not effective cost")
     rows, daily, fired, accounts = _compute(store, cfg, period, cost_basis, engine_run, fired=rules_fired)
+    if isinstance(engine_run, int) and period is None:
+        warnings += _summed_budgets(store, cfg, engine_run, rows)
     unshared = engine_run is not None and _engine_name(store, engine_run) not in kubernetes.ENGINES
     warnings += kubernetes.pod_record_warnings(store, period, engine=unshared)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
@@ -600,6 +602,25 @@ def _reconciliation(store: Store, period: str | None, warnings: list[str], engin
     except BillingAuditError as e:
         warnings.append(f"fee reconciliation: {e}")
         return None
+
+
+def _summed_budgets(store: Store, cfg: Config, run_id: int, rows: list[dict[str, Any]]) -> list[str]:
+    """An engine run over every period as one (``--source raw``, a warehouse table in place: no per-period runs)
+    whose lines fall in several months: its jobs' budgets are checked on the months' sum, not each month's own as
+    the local report checks them (budgets are per month).  Where that sum breaks or nears a budget (`rows`: the
+    run's job rows), said, with how to check a month."""
+    flagged = [r["job"] for r in rows if any(_budget_breaches(_derive(dict(r), cfg), cfg))]
+    if not flagged:
+        return []
+    months = [str(r[0]) for r in store.con.execute(
+        "SELECT DISTINCT strftime(day, '%Y-%m') FROM engine_results WHERE run_id = ? AND kind = 'agg' "
+        "AND day IS NOT NULL ORDER BY 1", [int(run_id)]).fetchall()]
+    if len(months) < 2:
+        return []
+    return [f"budgets: this engine run covers {len(months)} months as one ({months[0]} to {months[-1]}), so the "
+            f"budgets (per month) of {len(flagged)} job row(s) it flags ({', '.join(sorted(set(flagged))[:5])}) were "
+            "checked on the months' sum, where the local report checks each month's own: run it with "
+            "`--period YYYY-MM` for a month's checks"]
 
 
 def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:

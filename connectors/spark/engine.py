@@ -342,7 +342,7 @@ class SparkEngine(Engine):
         steps = pipeline.engine_steps("spark", rules, cfg, period, basis, params, checkpoint, priced=True)
         tables = engine_prices.tables(store.con)  # the price references, broadcast to the executors
         if options.spark_source == "raw":
-            return self._run_raw(steps, rules, params, options, self.source(store, options), cfg, tables)
+            return self._run_raw(store, steps, rules, params, options, cfg, tables)
         lines = options.spark_lines
         if lines is None:
             lines = self.source(store, options)
@@ -351,17 +351,22 @@ class SparkEngine(Engine):
         rows = run(steps, lines, options.spark_master, rule_sql, {r.id: str(r.path) for r in rules}, tables=tables)
         return EngineRunResult(rows, ";\n".join(f"-- {n}\n{s}" for n, s in steps), None, lines)
 
-    def _run_raw(self, steps: list[tuple[str, str]], rules: Sequence[Rule], params: dict[str, Any],
-                 options: SparkOptions, source: str, cfg: Config, tables: dict[str, Any]) -> EngineRunResult:
+    def _run_raw(self, store: Store, steps: list[tuple[str, str]], rules: Sequence[Rule], params: dict[str, Any],
+                 options: SparkOptions, cfg: Config, tables: dict[str, Any]) -> EngineRunResult:
         from billing_audit.engines import pipeline
         from connectors.spark import raw
 
         if options.spark_lines:
             raise BillingAuditError("--source raw reads the export files: --spark-lines does not apply")
         paths = self._raw_paths(options)
+        source = self.source(store, options)
         rule_sql = pipeline.check_rules(rules, "spark", params)
         with raw.plan(paths) as plan:  # its temporary copies (zip members, ...) last until the lines are read
             raw.refuse_errors(plan)
+            # the interruption event files beside the exports: into the store, where the report reads them (the
+            # restart windows and interruption counts of the engine's aggregates), said as local ingest says them
+            for told in raw.load_events(store.con, plan):
+                print(f"note: {told}", file=sys.stderr)
             spark = session(options.spark_master)
             spark.sparkContext.setLogLevel("ERROR")
             held = persisted(spark)  # the files' mappings and the kept lines, checkpointed: released after

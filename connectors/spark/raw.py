@@ -443,6 +443,9 @@ class Plan:
     deliveries: list[RawDelivery]
     errors: list[InputError]
     temp: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    # the interruption event files among the paths (recognised from their content, as local ingest does): small,
+    # read on the driver into the store, where the report reads them (:func:`load_events`)
+    events: list[Path] = field(default_factory=list)
 
     @property
     def readable(self) -> list[RawDelivery]:
@@ -525,17 +528,25 @@ def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
     """Group the files under ``paths`` into deliveries exactly as local ingest does and map each file of each
     delivery (a delivery that cannot be read whole is reported and not read, as locally).  Close the plan
     (``with raw.plan(...) as p``) once Spark has read the lines: it holds the temporary copies."""
-    from billing_audit import pricing
+    from billing_audit import events, pricing
 
     stack = contextlib.ExitStack()
     try:
         aside: list[Path] = []
         deliveries, errors = dl.group(paths, unpack=stack, follow_outside=follow_outside,
-                                      set_aside=pricing.is_price_file, aside=aside)
+                                      set_aside=lambda f: pricing.is_price_file(f) or events.is_event_file(f),
+                                      aside=aside)
         errors = list(errors)
+        event_files = [p for p in aside if not pricing.is_price_file(p)]
         for p in aside:
-            errors.append(InputError(reader.display_name(p), "a price reference: an engine holds no price "
-                                                             "references (load it with `billing-audit ingest`); not read"))
+            if p not in event_files:
+                errors.append(InputError(reader.display_name(p), "a price reference: an engine holds no price "
+                                         "references (load it with `billing-audit ingest`); not read"))
+        for p in event_files:  # read once here, so that a bad event file refuses the run before any work
+            try:
+                events.read_file(p, reader.display_name(p))
+            except InputError as e:
+                errors.append(e)
         out = []
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
@@ -555,7 +566,20 @@ def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
     except BaseException:
         stack.close()
         raise
-    return Plan(out, errors, stack)
+    return Plan(out, errors, stack, event_files)
+
+
+def load_events(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
+    """The plan's interruption event files into the store's ``interruption_events`` as local ingest loads them (an
+    event already held is counted once); returns the notes local ingest prints of them."""
+    from billing_audit import events
+
+    if not p.events:
+        return []
+    load = events.load_paths(con, p.events)
+    if load.errors:  # read once already by plan(): a file that changed since
+        raise BillingAuditError("--source raw: " + "; ".join(str(e) for e in load.errors))
+    return load.notes()
 
 
 def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str,
@@ -984,7 +1008,10 @@ def kept_lines(lines: Any, kept: Kept, partitions: int | None = None) -> Any:
         frames.append(part.join(cut, "_ba_h", "left").where(F.col("_ba_rn") > F.coalesce(F.col("_ba_cut"), F.lit(0)))
                       .drop("_ba_h", "_ba_rn", "_ba_cut"))
     out = reduce(lambda a, b: a.unionByName(b), frames).drop("_ba_delivery")
-    return out if partitions is None else out.repartition(partitions)
+    # by the line's id (unique: even partitions), not round robin: a round-robin repartition sorts every row first
+    # (spark.sql.execution.sortBeforeRepartition, so that a retried task deals the same rows), and that sort of
+    # wide rows ran the executor out of memory on GCP's 1M-line export with a 2 GiB driver
+    return out if partitions is None else out.repartition(partitions, "x_LineItemId")
 
 
 def refuse_errors(p: Plan) -> None:
@@ -1036,6 +1063,9 @@ def describe(p: Plan, kept: Kept | None) -> str:
             out.append(f"    {f.display}  {f.format}  {_size(f.size)}")
     for e in p.errors:
         out.append(f"{e.file}\n    refused: {e.reason}")
+    for ev in p.events:
+        out.append(f"{reader.display_name(ev)}\n    interruption events: read on the driver into the store  "
+                   f"{_size(ev.stat().st_size)}")
     out.extend(f"note: {told}" for told in (kept.notes if kept is not None else []))
     out.append(f"{len(p.readable)} of {len(p.deliveries)} deliveries readable, {_size(total)} to read")
     return "\n".join(out)

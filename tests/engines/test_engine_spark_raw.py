@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import billing_audit
 from billing_audit.cli import main
-from billing_audit.config import load_config
+from billing_audit.config import Config, load_config
 from billing_audit.deliveries import OverlapPolicy
 from billing_audit.engines import run_engine
 from billing_audit.errors import BillingAuditError, InputError
@@ -36,6 +36,7 @@ OLD, NEW = f"{SNAP}/20261002T041500Z", f"{SNAP}/20261003T041700Z"  # the month's
 
 
 RECONCILE = "fee reconciliation: not done"  # an engine run's report: the fee lines are not in the store
+EVENT_NOTE = "record(s) are not interruption events"  # an event file's note, on both paths
 
 
 def _figures(doc: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +270,8 @@ def test_spark_submit_runs_the_job_and_report_reuses_its_run(tmp_path: Path, mon
         "Traceback" not in bad.stderr
 
 
-def _audit_both(tmp_path: Path, folders: list[Path], config: Path = CFG_PATH) -> tuple[dict[str, Any], dict[str, Any]]:
+def _audit_both(tmp_path: Path, folders: list[Path], config: Path = CFG_PATH,
+                check_csv: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """Local ingest + audit and Spark --source raw over the same folders: both reports' figures (the CSVs
     compared byte for byte)."""
     common = ["--config", str(config), "-q"]
@@ -281,10 +283,11 @@ def _audit_both(tmp_path: Path, folders: list[Path], config: Path = CFG_PATH) ->
     b = runner.invoke(main, ["audit", *paths, "--db", str(tmp_path / "b.duckdb"), "--out", str(tmp_path / "spark"),
                              *common, "--engine", "spark", "--source", "raw", "--spark-master", MASTER])
     assert b.exit_code == 0, b.output
-    for name in ("jobs.csv", "teams.csv"):
+    for name in ("jobs.csv", "teams.csv") if check_csv else ():
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
-    told = [n for n in a.output.splitlines() if n.startswith("note: exports ")]  # an overlap: said on both paths
-    assert [n for n in b.output.splitlines() if n.startswith("note: exports ")] == told
+    # an overlap, an event file's records that are not events: said on both paths
+    told = [n for n in a.output.splitlines() if n.startswith("note: exports ") or EVENT_NOTE in n]
+    assert [n for n in b.output.splitlines() if n.startswith("note: exports ") or EVENT_NOTE in n] == told
     return _report(tmp_path / "local"), _report(tmp_path / "spark")
 
 
@@ -412,8 +415,8 @@ def test_gcp_and_decimal_comma_exports_keep_the_local_lines(tmp_path: Path, fold
 
 
 # the reports too, where an engine's report can be the local one: the resource-level parquet and the decimal-comma
-# CSV (the standard NDJSON export: with the exports priced by the bill, above).  The GKE export's local report
-# splits cost by the cluster's pod records: compared by its lines, above
+# CSV (the standard NDJSON export: with the exports priced by the bill, above; the GKE export: with the Kubernetes
+# exports, below)
 @pytest.mark.parametrize("folder", ["gcp/resource-parquet", "csv-quirks/semicolon-decimal-comma"])
 def test_gcp_parquet_and_decimal_comma_exports_give_the_local_report(tmp_path: Path, folder: str) -> None:
     local, remote = _audit_both(tmp_path, [FIXTURES / folder])
@@ -542,3 +545,90 @@ def test_overlapping_exports_count_their_shared_lines_once_as_local_ingest(tmp_p
     # the reports too: the audit's figures, jobs.csv and teams.csv, and the overlap said the same way
     local_report, remote_report = _audit_both(tmp_path, [root], config)
     assert remote_report == local_report and local_report["jobs"]
+
+
+# Kubernetes: EKS split cost allocation data (pod records of two nodes) and GKE cost allocation rows, whose nodes'
+# lines Spark shares out to the pods' jobs in its audit query as the local report does (engines/k8s_share.py)
+@pytest.mark.parametrize("folder", ["aws/cur2-eks", "gcp/gke-resource-parquet"])
+def test_kubernetes_exports_give_the_local_report(tmp_path: Path, folder: str) -> None:
+    local, remote = _audit_both(tmp_path, [FIXTURES / folder])
+    assert remote == local
+    assert local["jobs"] and not [w for w in remote["warnings"] if "does not share a node's lines out" in w]
+
+
+# the scenario folders (the bundled audit's own data, month after month, with restart windows, Azure's spot
+# scenario, localised Azure headers), and exports beside their interruption event files: the event files are read
+# on the driver into the store, as local ingest reads them, and the report counts interruptions from them
+SCENARIOS = ["scenarios+events/scenarios", "scenarios-windows", "scenarios-months",
+             "azure-spot-scenario", "azure/localised-csv", "aws/cur2-eks+events/eks", "gcp+events/gcp"]
+MATCHED = {"scenarios+events/scenarios", "aws/cur2-eks+events/eks"}  # whose events are of the jobs' resources
+
+
+@pytest.mark.parametrize("folders", SCENARIOS)
+def test_scenarios_and_event_files_give_the_local_report(tmp_path: Path, folders: str) -> None:
+    local, remote = _audit_both(tmp_path, [FIXTURES / f for f in folders.split("+")],
+                                check_csv=not folders.startswith("gcp"))
+    if folders.startswith("gcp"):  # several months in one run: its budgets checked on their sum, and said (below)
+        said = [w for w in remote["warnings"] if w.startswith("budgets: this engine run covers ")]  # type: ignore[union-attr]
+        assert len(said) == 1 and "job row(s) it flags (detr-x, sam-y)" in said[0]
+        remote["warnings"] = [w for w in remote["warnings"] if w not in said]  # type: ignore[union-attr]
+        for doc in (local, remote):  # the advice of the flagged rows: checked per month locally
+            for j in doc["jobs"]:  # type: ignore[union-attr]
+                j.pop("reasons", None), j.pop("recommendation", None)
+    assert remote == local
+    assert local["totals"] and local["jobs"]
+    held = []
+    for name in ("a", "b"):
+        con = duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True)
+        try:
+            held.append(con.execute("SELECT provider, resource_id, time, kind FROM interruption_events ORDER BY ALL")
+                        .fetchall())
+        finally:
+            con.close()
+    assert held[1] == held[0]
+    if "events" in folders:
+        assert held[0]
+    if folders in MATCHED:
+        assert "events" in {j["interruptions_source"] for j in local["jobs"]}  # type: ignore[index]
+
+
+def test_a_bad_event_file_refuses_the_raw_run_before_any_work(tmp_path: Path) -> None:
+    good = FIXTURES / "events" / "eks" / "spot-events-1-2026-07-10-11-45-00-0e1a.jsonl"
+    bad = tmp_path / "events" / good.name
+    bad.parent.mkdir()
+    record = json.loads(good.read_text(encoding="utf-8"))
+    bad.write_text(good.read_text(encoding="utf-8") + json.dumps({**record, "time": "not-a-time"}) + "\n",
+                   encoding="utf-8")
+    with billing_audit.open(tmp_path / "s.duckdb") as store:
+        with pytest.raises(BillingAuditError) as err:
+            run_engine(store, "spark", RULES, CFG, None, "effective", spark_master=MASTER, spark_source="raw",
+                       spark_raw=os.pathsep.join([str(FIXTURES / "aws" / "cur2-eks"), str(bad.parent)]))
+        held = store.con.execute("SELECT count(*) FROM interruption_events").fetchone()
+        runs = store.con.execute("SELECT count(*) FROM engine_runs").fetchone() if store._has_table("engine_runs") \
+            else (0,)
+    assert "1 file(s) cannot be read on Spark (nothing was audited)" in str(err.value)
+    assert f"{bad}, row 2: AWS EventBridge EC2 events: time: cannot read 'not-a-time'" in str(err.value)
+    assert held == (0,) and runs == (0,)
+    with raw.plan([FIXTURES / "aws" / "cur2-eks", good.parent]) as plan:
+        assert plan.events == [good] and not plan.errors
+        listed = raw.describe(plan, None)
+    assert f"{good}\n    interruption events: read on the driver into the store" in listed
+
+
+def test_an_engine_run_over_several_months_says_its_budgets_are_checked_on_their_sum(tmp_path: Path) -> None:
+    """One engine run over every period (what --source raw and the warehouses run: the store holds no slices to
+    run per period) checks a job's budgets on the months' sum; the local report checks each month's own.  Run here
+    on DuckDB's engine over GCP's fixtures (several months): the warning says so; one month's run does not."""
+    with billing_audit.open(tmp_path / "g.duckdb") as store:
+        assert not store.ingest([FIXTURES / "gcp"]).errors
+        store.tag()
+        whole = build_report(store, CFG, None, "effective",
+                             engine_run=run_engine(store, "duckdb", RULES, CFG, None, "effective"))
+        month = build_report(store, CFG, "2026-10", "effective",
+                             engine_run=run_engine(store, "duckdb", RULES, CFG, "2026-10", "effective"))
+        unbudgeted = build_report(store, Config(), None, "effective",
+                                  engine_run=run_engine(store, "duckdb", RULES, Config(), None, "effective"))
+    said = [w for w in whole.warnings if w.startswith("budgets: this engine run covers ")]
+    assert len(said) == 1 and "months as one (" in said[0] and "--period YYYY-MM" in said[0]
+    assert "2 job row(s) it flags (detr-x, sam-y)" in said[0]
+    assert not [w for w in month.warnings + unbudgeted.warnings if w.startswith("budgets: ")]
