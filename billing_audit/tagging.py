@@ -246,7 +246,7 @@ def sandbox(path: str) -> duckdb.DuckDBPyConnection:
             time.sleep(0.2)
     from billing_audit.store import configure
 
-    configure(con)
+    configure(con, write=True)
     con.execute("SET lock_configuration = true")
     return con
 
