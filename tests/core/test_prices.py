@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +287,26 @@ def test_the_bills_slices_in_one_pass_are_those_of_the_keys_joined_to_their_line
             con.execute("INSERT INTO ba_fake_spot VALUES (?)", [billed[1][0]])
         _, lines_after, *differ = compare()
         assert differ == [0, 0] and lines_after == lines - (len(billed) > 1)
+
+
+# price x quantity at the tiers of pricing._times: under 10^6 both (64-bit), under 10^8 / 10^7, and beyond
+_TIER_VALUES = ["0", "1", "0.5", "2.123456789012", "3.000000000001", "0.000000000005", "0.00000000005",
+                "0.12345678905", "0.12345678915", "1.00000000005", "999998.999999999999", "999999", "1000000.5",
+                "99999998.999999999999", "9999998.99999999995", "9999999.00000000005", "123456789.123456789012"]
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_an_equivalent_is_the_price_times_the_quantity_rounded_once_at_every_size(sign: int) -> None:
+    """Every tier of the product gives what Python's Decimal does: the quantity taken to 10 places, the exact
+    product taken to 12, both half away from zero (DuckDB's and Spark's CAST and round).  Products up to 10^15
+    (the wide tier's DECIMAL(38,22) holds under 10^16)."""
+    import duckdb
+
+    pairs = [(D(p), sign * D(q)) for p in _TIER_VALUES for q in _TIER_VALUES if D(p) * D(q) < D("1e15")]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (i INTEGER, p DECIMAL(38,12), q DECIMAL(38,12))")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, p, q) for i, (p, q) in enumerate(pairs)])
+    got = dict(con.execute(f"SELECT i, {pricing._times('p', 'q')} FROM t").fetchall())
+    for i, (p, q) in enumerate(pairs):
+        want = (p * q.quantize(D("1e-10"), rounding=ROUND_HALF_UP)).quantize(D("1e-12"), rounding=ROUND_HALF_UP)
+        assert got[i] == want, (p, q, got[i], want)
