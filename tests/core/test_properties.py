@@ -7,7 +7,7 @@ import io
 import json
 import random
 import tempfile
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 from pathlib import Path
 
 import duckdb
@@ -103,6 +103,36 @@ def test_config_fails_only_with_clear_errors(text: str) -> None:
 
 HEADER = ["lineItem/UsageStartDate", "lineItem/UsageEndDate", "lineItem/LineItemType", "lineItem/UnblendedCost",
           "bill/PayerAccountId", "lineItem/UsageType", "lineItem/LineItemDescription", "resourceTags/user:Team"]
+# number texts as exports write them: Azure's unrounded costs carry 17 to 22 significant digits
+NUMBER_TEXT = st.one_of(
+    st.decimals(min_value=Decimal("-2e6"), max_value=Decimal("2e6"), places=22, allow_nan=False).map(str),
+    st.decimals(min_value=Decimal("-1e16"), max_value=Decimal("1e16"), places=4, allow_nan=False).map(str),
+    st.floats(min_value=-2e6, max_value=2e6, allow_nan=False).map(repr),
+    st.floats(min_value=-2e6, max_value=2e6, allow_nan=False).map(lambda f: f"{f:.25f}"),
+    st.sampled_from(["999999.9999999999995", "999999.9999999999994", "-999999.9999999999995", "0.0000000000005",
+                     "-0.00000000000049999", "1e6", "1E-13", "+1.5", ".5", "1.", "1_000", "abc", "1e400", " 2.5 "]),
+)
+
+
+@SETTINGS
+@given(texts=st.lists(NUMBER_TEXT, min_size=1, max_size=40))
+def test_a_number_text_reads_as_the_wide_decimal_reads_it(con: duckdb.DuckDBPyConnection, texts: list[str]) -> None:
+    """ba_num / ba_try_num read a text through DECIMAL(18,12) where it fits (fast): the same value DuckDB's
+    DECIMAL(38,12) gives it, extra digits rounded alike, and what it cannot read is NULL (try) or an error."""
+    rows = con.execute("SELECT v, ba_try_num(v), TRY_CAST(trim(v) AS DECIMAL(38,12)) FROM unnest($t) u(v)",
+                       {"t": texts}).fetchall()
+    for text, got, wide in rows:
+        assert got == wide, text
+        if wide is not None and "e" not in text.lower() and "_" not in text:
+            exact = Decimal(text.strip()).quantize(Decimal("1e-12"), rounding=ROUND_HALF_UP, context=Context(prec=60))
+            assert got == exact, text
+        if wide is None:
+            with pytest.raises(duckdb.Error):
+                con.execute("SELECT ba_num($v)", {"v": text}).fetchone()
+        else:
+            assert con.execute("SELECT ba_num($v)", {"v": text}).fetchone() == (wide,)
+
+
 MONEY = st.decimals(min_value=Decimal("-1000"), max_value=Decimal("100000"), places=10, allow_nan=False)
 
 
