@@ -17,6 +17,9 @@ on-demand price, keyed by :data:`KEY` (a newer list for the same key and period 
   every compute line whose on-demand price could be looked up, the columns of :data:`LINE_KEY_COLUMNS`: the key
   of the *on-demand* price of that usage (for a spot line its on-demand counterpart, for an on-demand line its
   own key), the region, unit and currency the price is in, and the line's quantity in that unit;
+- optionally ``key_parts()``: the same as (expressions over ``l`` by key column, the test a line passes to have a
+  key), of which ``keys_sql()`` is :func:`keys_sql_of`: a local tag run then computes the spot lines' keys in
+  the pass that picks them (:func:`billing_audit.pricing.spot_keyed_sql`), not by joining keys back by id;
 - ``export_od_sql()``: an SQL expression over ``l`` giving the export's own on-demand equivalent cost of a spot
   line when the export carries a usable one (AWS ``pricing_public_on_demand_cost`` > 0), else NULL (Azure spot
   meters' PayGPrice and GCP spot SKUs' ``cost_at_list`` are spot prices, never usable);
@@ -61,6 +64,18 @@ KEY = ("provider", "price_key", "region", "unit", "currency", "kind", "effective
 
 # what a provider's keys_sql() returns per line
 LINE_KEY_COLUMNS = ("x_LineItemId", "price_key", "region", "unit", "currency", "quantity")
+
+
+def keys_sql_of(columns: dict[str, str], where: str) -> str:
+    """A provider's ``keys_sql()`` from its ``key_parts()``: each of :data:`LINE_KEY_COLUMNS` but the id as an
+    expression over ``l`` (``columns``), for the lines of ``l`` that pass ``where``."""
+    assert tuple(columns) == LINE_KEY_COLUMNS[1:], tuple(columns)
+    body = ",\n       ".join(f"{e} AS {c}" for c, e in columns.items())
+    return f"""
+SELECT l.x_LineItemId,
+       {body}
+FROM l
+WHERE {where}"""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from billing_audit.errors import InputError
-from billing_audit.prices import PriceFormat, PriceRef
+from billing_audit.prices import PriceFormat, PriceRef, keys_sql_of
 
 PROVIDER = "aws"
 
@@ -280,18 +280,22 @@ FORMATS = [
 _HOURS = "lower(coalesce(l.PricingUnit, l.ConsumedUnit, 'Hrs')) IN ('hrs', 'hr', 'hours', 'hour')"
 
 
+def key_parts() -> tuple[dict[str, str], str]:
+    """Each EC2 instance-hour line (spot or on demand) and the key of its on-demand price: the key's columns over
+    ``l`` and the test a line passes to have one (:func:`billing_audit.prices.keys_sql_of`)."""
+    return {
+        "price_key": ("regexp_replace(regexp_replace(l.x_UsageType, '^USE1-', ''), '(^|-)SpotUsage:', '\\1BoxUsage:') "
+                      "|| '|' || regexp_replace(l.x_Operation, ':SV[0-9A-Za-z]+$', '')"),
+        "region": "l.RegionId",
+        "unit": f"CASE WHEN {_HOURS} THEN 'Hrs' ELSE coalesce(l.PricingUnit, l.ConsumedUnit) END",
+        "currency": "l.BillingCurrency",
+        "quantity": "coalesce(l.PricingQuantity, l.ConsumedQuantity)",
+    }, "regexp_matches(coalesce(l.x_UsageType, ''), '(^|-)(SpotUsage|BoxUsage):') AND l.x_Operation IS NOT NULL"
+
+
 def keys_sql() -> str:
     """Each EC2 instance-hour line (spot or on demand) and the key of its on-demand price."""
-    return f"""
-SELECT l.x_LineItemId,
-       regexp_replace(regexp_replace(l.x_UsageType, '^USE1-', ''), '(^|-)SpotUsage:', '\\1BoxUsage:') || '|'
-         || regexp_replace(l.x_Operation, ':SV[0-9A-Za-z]+$', '') AS price_key,
-       l.RegionId AS region,
-       CASE WHEN {_HOURS} THEN 'Hrs' ELSE coalesce(l.PricingUnit, l.ConsumedUnit) END AS unit,
-       l.BillingCurrency AS currency,
-       coalesce(l.PricingQuantity, l.ConsumedQuantity) AS quantity
-FROM l
-WHERE regexp_matches(coalesce(l.x_UsageType, ''), '(^|-)(SpotUsage|BoxUsage):') AND l.x_Operation IS NOT NULL"""
+    return keys_sql_of(*key_parts())
 
 
 def export_od_sql() -> str:

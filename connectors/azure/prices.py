@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from billing_audit.errors import InputError
-from billing_audit.prices import Kind, PriceFormat, PriceRef
+from billing_audit.prices import Kind, PriceFormat, PriceRef, keys_sql_of
 from billing_audit.sql import lit
 
 PROVIDER = "azure"
@@ -134,9 +134,10 @@ _SPOT_LINE = ("(coalesce(l.PricingCategory, '') = 'Dynamic' OR coalesce(l.x_Pric
               f"OR regexp_matches(coalesce({_METER}, ''), '\\s(spot|low priority)\\s*$', 'i'))")
 
 
-def keys_sql() -> str:
+def key_parts() -> tuple[dict[str, str], str]:
     """Per Azure VM usage line priced per hour: the key of its on-demand price (module docstring), the
-    armRegionName, ``1 Hour``, the billing currency and the hours (a "10 Hours" quantity times 10)."""
+    armRegionName, ``1 Hour``, the billing currency and the hours (a "10 Hours" quantity times 10), over ``l``,
+    and the test a line passes to have one (:func:`billing_audit.prices.keys_sql_of`)."""
     meter = _METER
     base = f"lower(regexp_replace(regexp_replace(trim({meter}), '\\s+', ' ', 'g'), '\\s+(spot|low priority)\\s*$', '', 'i'))"
     os = ("CASE WHEN coalesce(l.ChargeDescription, '') ILIKE '%windows%' "
@@ -146,16 +147,19 @@ def keys_sql() -> str:
              f"THEN CAST(l.ConsumedQuantity * {_scale('l.ConsumedUnit')} AS DECIMAL(38,12)) "
              f"WHEN {_PRICING_HOURLY} THEN CAST(l.PricingQuantity * {_scale('l.PricingUnit')} AS DECIMAL(38,12)) "
              "ELSE CAST(coalesce(l.PricingQuantity, l.ConsumedQuantity) AS DECIMAL(38,12)) END")
-    return f"""SELECT l.x_LineItemId,
-  {base} || '|' || {os} AS price_key,
-  {region} AS region,
-  {lit(HOUR)} AS unit,
-  l.BillingCurrency AS currency,
-  {hours} AS quantity
-FROM l
-WHERE l.ChargeCategory = 'Usage' AND {_VM} AND {meter} IS NOT NULL
-  AND {_HOURLY}
-  AND l.BillingCurrency IS NOT NULL"""
+    return {
+        "price_key": f"{base} || '|' || {os}",
+        "region": region,
+        "unit": lit(HOUR),
+        "currency": "l.BillingCurrency",
+        "quantity": hours,
+    }, (f"l.ChargeCategory = 'Usage' AND {_VM} AND {meter} IS NOT NULL AND {_HOURLY} "
+        "AND l.BillingCurrency IS NOT NULL")
+
+
+def keys_sql() -> str:
+    """The key of each Azure VM hour's on-demand price (:func:`key_parts`)."""
+    return keys_sql_of(*key_parts())
 
 
 def export_od_sql() -> str:

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from billing_audit.errors import InputError
-from billing_audit.prices import Kind, PriceFormat, PriceRef
+from billing_audit.prices import Kind, PriceFormat, PriceRef, keys_sql_of
 
 PROVIDER = "gcp"
 
@@ -123,21 +123,24 @@ def _unit_sql(expr: str) -> str:
     return f"CASE {low} {cases} ELSE nullif({low}, '') END"
 
 
-def keys_sql() -> str:
+def key_parts() -> tuple[dict[str, str], str]:
     """Per GCP usage line with a SKU description, a pricing unit and a positive pricing quantity: the key of the
-    on-demand price of that usage (spot SKUs: the counterpart's), region, unit, currency and quantity."""
-    return f"""SELECT l.x_LineItemId,
-  {_KEY} AS price_key,
-  lower(nullif(trim(l.RegionId), '')) AS region,
-  {_unit_sql('l.PricingUnit')} AS unit,
-  l.BillingCurrency AS currency,
-  l.PricingQuantity AS quantity
-FROM l
-WHERE l.ChargeCategory = 'Usage'
-  AND {_DESC} IS NOT NULL
-  AND NOT regexp_matches({_DESC}, 'preemption overhead|^commitment\\b', 'i')
-  AND nullif(trim(l.PricingUnit), '') IS NOT NULL
-  AND l.PricingQuantity > 0"""
+    on-demand price of that usage (spot SKUs: the counterpart's), region, unit, currency and quantity, over ``l``,
+    and the test a line passes to have one (:func:`billing_audit.prices.keys_sql_of`)."""
+    return {
+        "price_key": _KEY,
+        "region": "lower(nullif(trim(l.RegionId), ''))",
+        "unit": _unit_sql("l.PricingUnit"),
+        "currency": "l.BillingCurrency",
+        "quantity": "l.PricingQuantity",
+    }, (f"l.ChargeCategory = 'Usage' AND {_DESC} IS NOT NULL "
+        f"AND NOT regexp_matches({_DESC}, 'preemption overhead|^commitment\\b', 'i') "
+        "AND nullif(trim(l.PricingUnit), '') IS NOT NULL AND l.PricingQuantity > 0")
+
+
+def keys_sql() -> str:
+    """The key of each GCP usage line's on-demand price (:func:`key_parts`)."""
+    return keys_sql_of(*key_parts())
 
 
 def export_od_sql() -> str:

@@ -289,6 +289,56 @@ def test_the_bills_slices_in_one_pass_are_those_of_the_keys_joined_to_their_line
         assert differ == [0, 0] and lines_after == lines - (len(billed) > 1)
 
 
+@pytest.mark.parametrize("folder", ["aws/cur-2018-csv", "aws/cur-legacy-parquet", "aws/cur2", "azure/payg-parquet",
+                                    "azure/ea-actual-csv", "gcp/resource-parquet", "scenarios"])
+def test_the_spot_lines_with_their_keys_in_one_pass_are_those_of_the_keys_joined_by_id(db: Path, folder: str) -> None:
+    """A full tag's spot lines with their keys (pricing.spot_keyed_sql: picked by their hits' categories, the
+    providers' key_parts() computed on them) are exactly the spot lines by their grouped categories with every
+    line's key joined by id: also a spot line with a hit of a category before spot (not spot), one hit twice, and
+    one whose usage has no key (kept, its key NULL); and the equivalents priced from them are the same."""
+    with billing_audit.open(db) as s:
+        rep = s.ingest([FIXTURES / folder])
+        assert rep.rows > 0 and not rep.errors
+        s.tag()
+        con = s.con
+        keyed = pricing.spot_keyed_sql()
+        assert keyed is not None  # every provider here has key_parts()
+
+        def differ() -> tuple[int, int, int, int]:
+            cats = f"({pricing.categories_sql()})"
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ba_keys AS {pricing.keys_sql('line_items')}")
+            joined = (f"SELECT s.*, k.price_key, k.region, k.unit, k.currency, k.quantity FROM "
+                      f"({pricing.spot_sql('line_items', cats)}) s LEFT JOIN ba_keys k USING (x_LineItemId)")
+            row = con.execute(f"SELECT (SELECT count(*) FROM ({joined})), "
+                              f"(SELECT count(*) FROM ({joined}) WHERE price_key IS NULL), "
+                              f"(SELECT count(*) FROM (({keyed}) EXCEPT ALL ({joined}))), "
+                              f"(SELECT count(*) FROM (({joined}) EXCEPT ALL ({keyed})))").fetchone()
+            assert row is not None
+            return tuple(row)  # type: ignore[return-value]
+
+        spot, _, *d = differ()
+        assert spot > 0 and d == [0, 0]
+        ids = [r[0] for r in con.execute("SELECT x_LineItemId FROM rule_hits WHERE category = 'spot_compute' "
+                                         "ORDER BY 1 LIMIT 3").fetchall()]
+        con.execute("INSERT INTO rule_hits SELECT x_LineItemId, 'test-fee', 'restart_fee', 'test', run_id "
+                    "FROM rule_hits WHERE x_LineItemId = ? LIMIT 1", [ids[0]])  # a fee now: not spot
+        con.execute("INSERT INTO rule_hits SELECT * REPLACE ('test-twice' AS rule_id) FROM rule_hits "
+                    "WHERE x_LineItemId = ? AND category = 'spot_compute' LIMIT 1", [ids[1]])
+        con.execute("UPDATE line_items SET x_UsageType = 'no key', SkuMeter = NULL, ChargeDescription = NULL, "
+                    "ServiceName = 'no key', ChargeCategory = 'Tax' WHERE x_LineItemId = ?", [ids[2]])
+        spot_after, unkeyed, *d = differ()
+        assert d == [0, 0] and spot_after == spot - 1 and unkeyed >= 1
+        con.execute("BEGIN TRANSACTION")
+        pricing.classify(con)  # priced from the keyed spot lines
+        con.execute("CREATE TEMP TABLE ba_od_keyed AS SELECT * FROM ba_spot_od")
+        pricing.classify(con, cats=f"({pricing.categories_sql()})")  # by the categories and keys joined back
+        assert con.execute("SELECT count(*) FROM (SELECT * FROM ba_od_keyed EXCEPT ALL SELECT * FROM ba_spot_od) "
+                           "UNION ALL SELECT count(*) FROM (SELECT * FROM ba_spot_od EXCEPT ALL "
+                           "SELECT * FROM ba_od_keyed)").fetchall() == [(0,), (0,)]
+        assert con.execute("SELECT count(*) FROM ba_spot_od").fetchone() == (spot_after,)
+        con.execute("ROLLBACK")
+
+
 # price x quantity at the tiers of pricing._times: under 10^6 both (64-bit), under 10^8 / 10^7, and beyond
 _TIER_VALUES = ["0", "1", "0.5", "2.123456789012", "3.000000000001", "0.000000000005", "0.00000000005",
                 "0.12345678905", "0.12345678915", "1.00000000005", "999998.999999999999", "999999", "1000000.5",
