@@ -386,8 +386,9 @@ def bill_slices_one_pass_sql(lines: str, spot: str) -> str | None:
     slices read carried beside the key, so that no key is joined back to its line by id (at 10M lines that join
     of 6.3M keys to 3.3M on-demand lines spilled 1.4 GB: 4.7 s).  ``spot``: a relation of the spot lines'
     x_LineItemId, left out once over every provider's keys (once per provider, each built its own table of the
-    3.0M spot ids, 0.25 s each, where the provider had no line).  None when a provider's ``keys_sql()`` does not begin ``SELECT l.x_LineItemId,`` (the columns
-    cannot be added to it): then :func:`bill_slices_sql` over the keys does it."""
+    3.0M spot ids, 0.25 s each, where the provider had no line).  None when a provider's ``keys_sql()`` does not
+    begin ``SELECT l.x_LineItemId,`` (the columns cannot be added to it): then :func:`bill_slices_sql` over the
+    keys does it."""
     selects = []
     extra = ", ".join(f"l.{c} AS ba_{c}" for c in _BILL_LINE_COLUMNS)
     for prov, mod in parts():
@@ -600,6 +601,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
              else None)
     if keyed is not None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {keyed}")
+        slices = whole
     else:
         cats = cats or f"({categories_sql()})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_sql(lines, cats)}")
@@ -608,10 +610,9 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
             # bill's slices are made from them
             bill_keys(con, lines if bill is None and whole is None else lines_of_sql(lines, "ba_spot"), "ba_keys")
             keys = "ba_keys"
+        slices = whole or bill_slices_sql(keys, cats, spot=spot)
     if bill is None:
-        assert whole is not None or (keys is not None and cats is not None)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS "
-                    f"{whole or bill_slices_sql(keys or 'ba_keys', cats or 'line_categories', spot=spot)}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {slices}")
         bill = "ba_bill_slices"
     bill_table(con, bill, "ba_bill")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql('ba_spot', keys)}")
