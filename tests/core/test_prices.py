@@ -336,6 +336,12 @@ def test_the_spot_lines_with_their_keys_in_one_pass_are_those_of_the_keys_joined
                            "UNION ALL SELECT count(*) FROM (SELECT * FROM ba_spot_od EXCEPT ALL "
                            "SELECT * FROM ba_od_keyed)").fetchall() == [(0,), (0,)]
         assert con.execute("SELECT count(*) FROM ba_spot_od").fetchone() == (spot_after,)
+        # a tag run writes them into spot_od in the one statement: the same rows, with its run id
+        assert pricing.build_spot_od(con, 424242) == spot_after
+        assert con.execute("SELECT count(*) FROM (SELECT * FROM ba_od_keyed EXCEPT ALL SELECT * EXCLUDE (run_id) "
+                           "FROM spot_od) UNION ALL SELECT count(*) FROM (SELECT * EXCLUDE (run_id) FROM spot_od "
+                           "EXCEPT ALL SELECT * FROM ba_od_keyed) UNION ALL SELECT count(*) FROM spot_od "
+                           "WHERE run_id IS DISTINCT FROM 424242").fetchall() == [(0,), (0,), (0,)]
         con.execute("ROLLBACK")
 
 
