@@ -578,7 +578,8 @@ def priced_sql(spot: str = "ba_spot", keys: str | None = "ba_keys", ref: str = "
 
 
 def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: str | None = None,
-             cats: str | None = None, keys: str | None = None, run_id: int | None = None) -> None:
+             cats: str | None = None, keys: str | None = None, run_id: int | None = None,
+             spot_lines: str | None = None) -> None:
     """Each spot line's on-demand equivalent and provenance as the temp table ``ba_spot_od`` (spot_od's columns
     but run_id).  Needs ``line_categories`` (a tag run's hits) and ``price_references``.  ``lines``: the relation
     of lines priced (default: every line); ``bill``: a relation of the bill's prices per slice and key
@@ -586,11 +587,18 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     table ``ba_bill_slices``); ``cats``: the lines' categories (default :func:`categories_sql` over rule_hits; another relation must
     cover ``lines``); ``keys``: the lines' keys (:func:`bill_keys` over a relation covering ``lines``; default:
     made from ``lines``); ``run_id``: the equivalents are inserted into ``spot_od`` with it instead (one write:
-    at 10M lines the temp table of 3.0M rows made and then copied took 1.0 s more).  A spot line's equivalent
+    at 10M lines the temp table of 3.0M rows made and then copied took 1.0 s more); ``spot_lines``: the temp
+    table of the spot lines priced with their keys (:func:`spot_keyed_sql`'s columns), made by the caller, with
+    ``bill`` (``lines``, ``cats`` and ``keys`` are then not read; the table is dropped).  A spot line's equivalent
     depends on the line, the references and the bill only."""
     if not _has(con, "price_references"):  # a store written before price references (perhaps read-only)
         cols = ", ".join(f"{name} {typ.replace(' NOT NULL', '')}" for name, typ, _ in COLUMNS)
         con.execute(f"CREATE OR REPLACE TEMP TABLE price_references ({cols})")
+    if spot_lines is not None:
+        if bill is None:
+            raise ValueError("classify: spot_lines needs bill")
+        _price_spot(con, spot_lines, None, bill, run_id)
+        return
     made_keys = keys is None
     # the spot lines left out of the bill's prices: those of ba_spot, when it holds every spot line the keys
     # have (the keys made from the same lines, or every line priced); else from the categories again
@@ -616,8 +624,14 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     if bill is None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {slices}")
         bill = "ba_bill_slices"
+    _price_spot(con, "ba_spot", keys, bill, run_id)
+
+
+def _price_spot(con: duckdb.DuckDBPyConnection, spot: str, keys: str | None, bill: str, run_id: int | None) -> None:
+    """:func:`classify`'s equivalents of the spot lines of the temp table ``spot`` (:func:`spot_sql`'s columns,
+    with ``keys``; None: :func:`spot_keyed_sql`'s) at the bill's prices per slice ``bill``; drops ``spot``."""
     bill_table(con, bill, "ba_bill")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql('ba_spot', keys)}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql(spot, keys)}")
     write = ("CREATE OR REPLACE TEMP TABLE ba_spot_od AS" if run_id is None
              else f"INSERT INTO spot_od SELECT *, {int(run_id)} FROM (")
     con.execute(f"""{write}
@@ -643,8 +657,8 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
                  || ', ' || currency || ') covers ' || coalesce(strftime(cps, '%Y-%m-%d %H:%M'), 'its charge period')
                  || ' and the bill holds none bought on demand: run `billing-audit prices pull ' || x_Provider || '`'
           END AS reason
-        FROM ({priced_sql('ba_spot', keys, 'ba_ref', 'ba_bill')}) p{"" if run_id is None else ")"}""")
-    for t in ("ba_spot", "ba_keys", "ba_bill", "ba_ref"):
+        FROM ({priced_sql(spot, keys, 'ba_ref', 'ba_bill')}) p{"" if run_id is None else ")"}""")
+    for t in (spot, "ba_keys", "ba_bill", "ba_ref"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
