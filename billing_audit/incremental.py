@@ -176,7 +176,7 @@ class Plan:
     def finish(self, con: duckdb.DuckDBPyConnection, run_id: int, local_ids: list[str]) -> None:
         """After the hits: spot_od, then the groups, keys and search index of the slices that need it."""
         from billing_audit.errors import BillingAuditError
-        from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, ranks_sql, several_periods
+        from billing_audit.rollup import GROUPS_VERSION, groups_sql, keys_sql, several_periods
         from billing_audit.search import index_sql
 
         # lines outside the changed slices whose hits of the rules run whole moved (their category or signal may)
@@ -202,16 +202,14 @@ class Plan:
             # read them, and their equivalents from what it just priced (spot_od's rows of this run cover every
             # spot line of the priced slices), not from the store-wide spot_od
             con.execute("CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM ba_plines")
-            groups = groups_sql(f"({ranks_sql('ba_phits')})", spot_od=True, lines="ba_glines", by_period=ordered)
-            join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId"
-            assert groups.count(join) == 1
-            groups = groups.replace(join, f" LEFT JOIN (SELECT * FROM spot_od WHERE run_id = {int(run_id)}) o "
-                                          "ON o.x_LineItemId = l.x_LineItemId")
+            groups = groups_sql("ba_phits", f"(SELECT x_LineItemId, od_cost FROM spot_od WHERE run_id = {int(run_id)})",
+                                lines="ba_glines", by_period=ordered)
         else:
             lines = f"(SELECT * FROM line_items l WHERE {_where(con, 'ba_gslices', 'l')})"
             con.execute(f"CREATE OR REPLACE TEMP VIEW ba_glines AS SELECT * FROM {lines}")
-            ranks = f"({ranks_sql('(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))')})"
-            groups = groups_sql(ranks, spot_od=True, lines="ba_glines", by_period=ordered)
+            groups = groups_sql("(SELECT * FROM rule_hits SEMI JOIN ba_glines g USING (x_LineItemId))",
+                                "(SELECT x_LineItemId, od_cost FROM spot_od SEMI JOIN ba_glines g USING (x_LineItemId))",
+                                lines="ba_glines", by_period=ordered)
         con.execute(f"INSERT INTO line_groups {groups}")
         cols = "provider, currency, ResourceId, ResourceName, SubAccountId, BillingAccountId, Tags"
         con.execute(f"""CREATE OR REPLACE TABLE line_group_keys AS

@@ -130,20 +130,37 @@ def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     return ",\n       ".join(parts)
 
 
-def groups_sql(ranks: str = RANKS_SQL, spot_od: bool = True, lines: str = "line_items", by_period: bool = False) -> str:
+def lookup_sql(hits: str, od: str | None) -> str:
+    """Each tagged line's rank and signal (:func:`ranks_sql`) from the relation ``hits``, with its on-demand
+    equivalent ``od_cost`` from the relation ``od`` (x_LineItemId, od_cost: spot_od's rows; None: no od_cost
+    column) in the same grouping: a union of both grouped once by line, not two relations each joined to every
+    line (10M lines, 4.1M hits, 3.0M spot lines: the groups 9.4 -> 7.1 s under 600 MB, the same rows).  A line
+    of ``od`` has a hit (spot_od holds the spot lines alone); one without would have no rank, as when joined."""
+    if od is None:
+        return f"({ranks_sql(hits)})"
+    return (f"(SELECT x_LineItemId, MIN(r) AS rank, MAX(s) = 1 AS signal, MAX(od_cost) AS od_cost FROM ("
+            f"SELECT x_LineItemId, {CATEGORY_RANK} AS r, CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END "
+            f"AS s, NULL::DECIMAL(38,12) AS od_cost FROM {hits} "
+            f"UNION ALL SELECT x_LineItemId, NULL, NULL, CAST(od_cost AS DECIMAL(38,12)) FROM {od}) "
+            "GROUP BY x_LineItemId)")
+
+
+def groups_sql(hits: str = "rule_hits", od: str | None = "spot_od", lines: str = "line_items",
+               by_period: bool = False) -> str:
     """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period;
-    the spot lines' on-demand equivalents from ``spot_od`` (else, a store tagged before it: the export's).
-    ``lines``: the relation of lines grouped (default all; :mod:`billing_audit.incremental`: some slices').
-    ``by_period``: the groups in billing-period order, so that a report of one period reads that period's row
-    groups alone (DuckDB skips a row group whose min/max ``bps`` is outside the period: :func:`period_filter`)."""
-    join = " LEFT JOIN spot_od o ON o.x_LineItemId = l.x_LineItemId" if spot_od else ""
+    the categories from the relation ``hits`` (x_LineItemId, category) and the spot lines' on-demand equivalents
+    from the relation ``od`` (x_LineItemId, od_cost: spot_od or some of its rows; None, a store tagged before
+    it: the export's), both by :func:`lookup_sql`.  ``lines``: the relation of lines grouped (default all;
+    :mod:`billing_audit.incremental`: some slices').  ``by_period``: the groups in billing-period order, so that
+    a report of one period reads that period's row groups alone (DuckDB skips a row group whose min/max ``bps``
+    is outside the period: :func:`period_filter`)."""
     # the key is hashed before the joins, so that the rows the joins carry (and spill, past the memory limit) hold
     # the hash rather than the tag map and the resource and account names: 10M lines, 24 s -> 7.7 s under 600 MB
     narrow = f"(SELECT {KEY_HASH} AS ba_h, l.* EXCLUDE (Tags) FROM {lines} l)"
     return f"""
 SELECT l.ba_h AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
-       {measures(("effective", "billed"), "o.od_cost" if spot_od else None)}
-FROM {narrow} l LEFT JOIN {ranks} c ON c.x_LineItemId = l.x_LineItemId{join}
+       {measures(("effective", "billed"), "c.od_cost" if od is not None else None)}
+FROM {narrow} l LEFT JOIN {lookup_sql(hits, od)} c ON c.x_LineItemId = l.x_LineItemId
 GROUP BY 1, 2, 3, 4, 5, 6, 7{" ORDER BY 2" if by_period else ""}"""
 
 
@@ -174,7 +191,7 @@ def build_groups(con: duckdb.DuckDBPyConnection, run_id: int, temp: bool = False
     from billing_audit.pricing import has_spot_od
 
     ordered = not temp and several_periods(con, "line_items", "BillingPeriodStart")
-    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql(spot_od=has_spot_od(con), by_period=ordered)}")
+    con.execute(f"CREATE OR REPLACE {kind} {groups} AS {groups_sql(od='spot_od' if has_spot_od(con) else None, by_period=ordered)}")
     if not temp:
         from billing_audit.search import index_sql
 
