@@ -308,30 +308,33 @@ class Plan:
                         "UNION ALL SELECT x_LineItemId FROM ba_extra")
             # the rows of the lines priced again are deleted first; those outside the priced slices are kept to
             # compare (the priced slices are regrouped whatever moved in them: only the lines outside are compared)
-            _drop_od(con, "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)",
-                     outside := "x_LineItemId IN (SELECT x_LineItemId FROM ba_extra)")
-            lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
+            outside = "x_LineItemId IN (SELECT x_LineItemId FROM ba_extra)"
+            _drop_od(con, "x_LineItemId IN (SELECT x_LineItemId FROM ba_reclass)", outside)
+            extra_n = _one(con, "SELECT count(*) FROM ba_extra")[0]
             if keyed is not None:  # the lines to price again outside the slices join the keyed spot lines
-                if _one(con, "SELECT count(*) FROM ba_extra")[0]:
+                if extra_n:
                     extra = pricing.spot_keyed_sql(pricing.lines_of_sql("line_items", "ba_extra"),
                                                    "(SELECT x_LineItemId, 'spot_compute' AS category FROM ba_extra)")
                     con.execute(f"INSERT INTO ba_spot {extra}")
                 pricing.classify(con, bill="spot_bill", run_id=run_id, spot_lines="ba_spot")
-            elif _one(con, "SELECT count(*) FROM ba_extra")[0]:
-                # read twice (the lines, then their keys): materialised once, with every column, it took longer
-                extra = pricing.lines_of_sql("line_items", "ba_extra")
-                con.execute(f"CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL SELECT * FROM {extra}")
-                pricing.bill_keys(con, extra, "ba_keys_x")
-                con.execute("CREATE OR REPLACE TEMP VIEW ba_rkeys AS SELECT * FROM ba_keys_d UNION ALL "
-                            "SELECT * FROM ba_keys_x")
-                con.execute("CREATE OR REPLACE TEMP VIEW ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
-                            "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
-                lines, keys, cats = "ba_rlines", "ba_rkeys", "ba_rcats"
-            if keyed is None:
+            else:
+                lines, keys, cats = "ba_plines", "ba_keys_d", "ba_cats"
+                if extra_n:
+                    # read twice (the lines, then their keys): materialised once, with every column, it took longer
+                    extra = pricing.lines_of_sql("line_items", "ba_extra")
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW ba_rlines AS SELECT * FROM ba_plines UNION ALL "
+                                f"SELECT * FROM {extra}")
+                    pricing.bill_keys(con, extra, "ba_keys_x")
+                    con.execute("CREATE OR REPLACE TEMP VIEW ba_rkeys AS SELECT * FROM ba_keys_d UNION ALL "
+                                "SELECT * FROM ba_keys_x")
+                    con.execute("CREATE OR REPLACE TEMP VIEW ba_rcats AS SELECT x_LineItemId, category FROM ba_cats "
+                                "UNION ALL SELECT x_LineItemId, 'spot_compute' FROM ba_extra")
+                    lines, keys, cats = "ba_rlines", "ba_rkeys", "ba_rcats"
                 pricing.classify(con, lines, "spot_bill", cats, keys=keys, run_id=run_id)
             rebill = True
         else:  # other price references: every spot line again
-            _drop_od(con, "TRUE", outside := "TRUE")
+            outside = "TRUE"
+            _drop_od(con, "TRUE", outside)
             pricing.classify(con, run_id=run_id)
             con.execute("DELETE FROM spot_bill")
             con.execute(f"INSERT INTO spot_bill SELECT *, {int(run_id)} FROM ba_bill_slices")

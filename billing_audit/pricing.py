@@ -632,9 +632,7 @@ def _price_spot(con: duckdb.DuckDBPyConnection, spot: str, keys: str | None, bil
     with ``keys``; None: :func:`spot_keyed_sql`'s) at the bill's prices per slice ``bill``; drops ``spot``."""
     bill_table(con, bill, "ba_bill")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {ref_pick_sql(spot, keys)}")
-    write = ("CREATE OR REPLACE TEMP TABLE ba_spot_od AS" if run_id is None
-             else f"INSERT INTO spot_od SELECT *, {int(run_id)} FROM (")
-    con.execute(f"""{write}
+    rows = f"""
         SELECT x_LineItemId, x_Provider, od_cost, od_source,
           CASE od_source WHEN 'reference' THEN ref_price WHEN 'bill' THEN bill_price END AS od_unit_price,
           price_key, region, unit, currency, quantity,
@@ -657,7 +655,9 @@ def _price_spot(con: duckdb.DuckDBPyConnection, spot: str, keys: str | None, bil
                  || ', ' || currency || ') covers ' || coalesce(strftime(cps, '%Y-%m-%d %H:%M'), 'its charge period')
                  || ' and the bill holds none bought on demand: run `billing-audit prices pull ' || x_Provider || '`'
           END AS reason
-        FROM ({priced_sql(spot, keys, 'ba_ref', 'ba_bill')}) p{"" if run_id is None else ")"}""")
+        FROM ({priced_sql(spot, keys, 'ba_ref', 'ba_bill')}) p"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot_od AS {rows}" if run_id is None
+                else f"INSERT INTO spot_od SELECT *, {int(run_id)} FROM ({rows})")
     for t in (spot, "ba_keys", "ba_bill", "ba_ref"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 

@@ -55,11 +55,13 @@ KEY_HASH2 = "hash(" + ", ".join(f"l.{c}" for c in reversed(KEY_COLUMNS)) + ")"
 
 
 
+SIGNAL_HIT = "CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END"  # a hit's signal flag, as 1 or 0
+
+
 def ranks_sql(hits: str) -> str:
     """Each tagged line's category as its precedence rank (1 = first in CATEGORIES) and its signal flag,
     from a relation of (x_LineItemId, category) hits; the same SELECT locally and on every engine."""
-    return (f"SELECT x_LineItemId, MIN({CATEGORY_RANK}) AS rank, "
-            "MAX(CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END) = 1 AS signal "
+    return (f"SELECT x_LineItemId, MIN({CATEGORY_RANK}) AS rank, MAX({SIGNAL_HIT}) = 1 AS signal "
             f"FROM {hits} GROUP BY x_LineItemId")
 
 
@@ -139,8 +141,7 @@ def lookup_sql(hits: str, od: str | None) -> str:
     if od is None:
         return f"({ranks_sql(hits)})"
     return (f"(SELECT x_LineItemId, MIN(r) AS rank, MAX(s) = 1 AS signal, MAX(od_cost) AS od_cost FROM ("
-            f"SELECT x_LineItemId, {CATEGORY_RANK} AS r, CASE WHEN category = 'interruption_signal' THEN 1 ELSE 0 END "
-            f"AS s, NULL::DECIMAL(38,12) AS od_cost FROM {hits} "
+            f"SELECT x_LineItemId, {CATEGORY_RANK} AS r, {SIGNAL_HIT} AS s, NULL::DECIMAL(38,12) AS od_cost FROM {hits} "
             f"UNION ALL SELECT x_LineItemId, NULL, NULL, CAST(od_cost AS DECIMAL(38,12)) FROM {od}) "
             "GROUP BY x_LineItemId)")
 
