@@ -138,6 +138,34 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, tuple[int
     return root / "gen", db, _clean(db, root)
 
 
+def _startup() -> float:
+    """Seconds a command takes before its work: the interpreter, the imports of a tag run and opening a store
+    (the slowest of three, so that a kill timed past it lands in the run's own work)."""
+    code = "import billing_audit.app, duckdb; duckdb.connect(':memory:').close()"
+    times = []
+    for _ in range(3):
+        t = time.monotonic()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.monotonic() - t)
+    return max(times)
+
+
+def _timed(cmd: list[str]) -> float:
+    t = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return time.monotonic() - t
+
+
+def _kill_delays(seed: int, n: int, run: float, start: float) -> list[float]:
+    """n kill times inside a run measured at `run` s whose first `start` s are the start-up: between a tenth and
+    six tenths of the way through its own work, so that they land before its commit on a faster or slower machine
+    alike (a kill timed in absolute seconds misses the run once the code gets faster)."""
+    rng = random.Random(seed)
+    work = max(run - start, 0.2)
+    return [start + rng.uniform(0.1, 0.6) * work for _ in range(n)]
+
+
 def _kill_after(cmd: list[str], delay: float, ready: str | None = None) -> bool:
     """Run cmd, SIGKILL it `delay` s after it starts (or after it prints `ready` on stderr); True if it was killed."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -157,29 +185,30 @@ def _kill_after(cmd: list[str], delay: float, ready: str | None = None) -> bool:
 @pytest.mark.slow
 def test_kills_during_the_first_tag(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
     _, ingested, clean = big
-    rng = random.Random(15)
+    run = _timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"])
     outcomes = []
-    for i in range(4):
+    for i, delay in enumerate(_kill_delays(15, 4, run, _startup())):
         db = tmp_path / f"k{i}.duckdb"
         shutil.copy(ingested, db)
-        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], rng.uniform(1.0, 2.5))
+        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
         # and a tag run afterwards gives the clean figures
         assert _cli("tag", "--db", str(db), "-q").returncode == 0
         assert _figures(db, tmp_path) == clean
     # a kill after the commit gives the clean figures; the rest must refuse
-    assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few tag runs were killed mid-run: {outcomes}"
+    assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few tag runs were killed mid-run ({run:.2f} s): {outcomes}"
 
 
 @pytest.mark.slow
 def test_kills_during_the_tag_step_of_audit(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
-    gen, _, clean = big
-    rng = random.Random(9)
+    gen, ingested, clean = big
+    # after "file(s) ingested" the audit's tag step runs in the process already started: no start-up to skip
+    tag = _timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"]) - _startup()
     outcomes = []
-    for i in range(3):
+    for i, delay in enumerate(_kill_delays(9, 3, tag, 0.0)):
         db = tmp_path / f"a{i}.duckdb"
         killed = _kill_after([*CLI, "audit", str(gen), "--db", str(db), "--out", str(tmp_path / f"out{i}")],
-                             rng.uniform(0.0, 1.5), ready="file(s) ingested")
+                             delay, ready="file(s) ingested")
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
     assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few audits were killed in their tag step: {outcomes}"
 
@@ -214,16 +243,17 @@ def test_kills_during_an_incremental_tag(two_months: tuple[Path, tuple[int, str,
     """The run that redoes only October's slice: killed, the store refuses (the lines changed since the last
     completed run) or gives the figures of a full tag; never a mix of the old and the new state."""
     db0, clean = two_months
+    t = time.monotonic()
     p = subprocess.run([*CLI, "tag", "--db", str(shutil.copy(db0, tmp_path / "probe.duckdb"))], capture_output=True,
                        text=True)
+    run = time.monotonic() - t
     assert p.returncode == 0 and "incremental: 1 of 2 slices changed since tag run 1" in p.stderr, p.stderr
-    rng = random.Random(19)
     outcomes = []
-    for i in range(4):
+    for i, delay in enumerate(_kill_delays(19, 4, run, _startup())):
         db = tmp_path / f"i{i}.duckdb"
         shutil.copy(db0, db)
-        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], rng.uniform(0.8, 2.0))
+        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
         assert _cli("tag", "--db", str(db), "-q").returncode == 0
         assert _figures(db, tmp_path) == clean
-    assert sum(o == "refused" for _, o in outcomes) >= 1, f"no incremental tag run was killed mid-run: {outcomes}"
+    assert sum(o == "refused" for _, o in outcomes) >= 1, f"no incremental tag run was killed mid-run ({run:.2f} s): {outcomes}"
