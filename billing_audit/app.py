@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from billing_audit.errors import BillingAuditError
-from billing_audit.pulling import DryRun, FetchProgress, Message, PullOptions
 from billing_audit.store import IngestReport, Progress, Store
 from billing_audit.store import open as store_open
 
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from billing_audit.engines import EngineOptions
     from billing_audit.prices import PriceNeed, PricePuller
     from billing_audit.pricing import PriceLoad
+    from billing_audit.pulling import DryRun, FetchProgress, Message, PullOptions  # pull's (imported when it runs)
     from billing_audit.report import Report
     from billing_audit.rules import Rule, RuleSet
     from billing_audit.search import SearchResult

@@ -35,7 +35,16 @@ import polars as pl
 from billing_audit import kubernetes
 from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
-from billing_audit.rollup import COST_BASES, NO_TAG_RUN, UNATTRIBUTED, completed_tag_run, period_filter, prepare
+from billing_audit.jsonout import envelope, money, plain
+from billing_audit.rollup import (
+    COST_BASES,
+    NO_TAG_RUN,
+    UNATTRIBUTED,
+    completed_tag_run,
+    current_groups,
+    period_filter,
+    prepare,
+)
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
 
@@ -93,14 +102,15 @@ class Report:
         period asked for or null, the cost basis, the engine), then the rows.  Money is an exact decimal string
         (``jsonout.money``), counts are integers (``interruptions``, ``lines``, ``jobs``), percentages and hours
         numbers, n/a null (the row's ``reasons`` say why a saving is not measured)."""
-        from billing_audit.jsonout import envelope
-
         filters = {"period": None if self.period == "all" else self.period, "cost_basis": self.cost_basis,
                    "engine": self.engine}
-        return envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
-                        warnings=list(self.warnings),  # what the report cannot vouch for (stale hits, a period not held)
-                        totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
-                        daily=json_records(self.daily), fee_reconciliation=self.fee_reconciliation)
+        doc = envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
+                       warnings=list(self.warnings))  # what the report cannot vouch for (stale hits, a period not held)
+        # the rows are JSON values already (json_records): not walked again by envelope's plain
+        doc.update(totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
+                   daily=json_records(self.daily))
+        doc["fee_reconciliation"] = plain(self.fee_reconciliation)
+        return doc
 
 
 COUNT_FIELDS = {"interruptions", "lines", "jobs", "fee_count", "signal_count", "churn_count"}
@@ -110,8 +120,6 @@ RATIO_PLACES = 4  # percentages and hours: numbers, to 4 decimals (money is neve
 def _value(key: str, v: Any) -> Any:
     """One field as the JSON has it: money an exact decimal string, a count an integer (a restart fee quantity
     that is not whole stays exact, as a decimal string), a percentage or hours a number, dates ISO 8601."""
-    from billing_audit.jsonout import money, plain
-
     if isinstance(v, Decimal):
         if key in COUNT_FIELDS:
             return int(v) if v == v.to_integral_value() else format(v.normalize(), "f")
@@ -250,17 +258,20 @@ def _carry(con: duckdb.DuckDBPyConnection) -> None:
 PREV_SKIP = ("ba_spot_hours",)  # what the previous period's interruptions do not need
 
 
-def prepare_period(store: Store, cfg: Config, period: str | None, basis: str) -> None:
+def prepare_period(store: Store, cfg: Config, period: str | None, basis: str,
+                   current: tuple[str, str] | None = None) -> None:
     """The aggregates of `period` on the store's connection (rollup.prepare), with PREV_EVENTS set to the
     previous billing period's interruptions when the store holds that period (else empty): what a report of
-    one period computes, and what ``explain`` places a line with."""
+    one period computes, and what ``explain`` places a line with.  ``current``: the stored groups, current
+    (rollup.current_groups, when the caller looked; None: each prepare looks)."""
     con = store.con
     _no_prev(con)
     if period is not None and previous_period(period) in store_periods(store):
-        prepare(con, cfg, previous_period(period), basis, skip=PREV_SKIP, sources_only=True)  # its interruptions
+        prepare(con, cfg, previous_period(period), basis, skip=PREV_SKIP, sources_only=True,  # its interruptions
+                current=current)
         _windows(con, cfg, links=False)
         _carry(con)
-    prepare(con, cfg, period, basis)
+    prepare(con, cfg, period, basis, current=current)
     _windows(con, cfg)
 
 
@@ -674,8 +685,10 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         return run_rows, _daily_rows(con, cfg), store.sql(
             "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"
         ), _account_rows(con, cfg, run_rows)
-    if completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed, or lines changed since
-        raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")
+    # the stored groups, looked up once for every period prepared (they are current only after a completed tag run)
+    stored = current_groups(con)
+    if stored is None and completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed,
+        raise BillingAuditError(NO_TAG_RUN + " (or `billing-audit audit`)")  # or lines changed since
     if not store._has_table("line_categories"):  # stores tagged before the view existed
         from billing_audit.ddl import LINE_CATEGORY_VIEW
 
@@ -687,7 +700,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         daily: list[dict[str, Any]] = []
         accounts: list[dict[str, Any]] = []
         for p in periods:
-            prepare(con, cfg, p, basis)
+            prepare(con, cfg, p, basis, current=stored)
             _windows(con, cfg)
             mine = _job_rows(con, cfg)
             accounts += _account_rows(con, cfg, mine)
@@ -698,7 +711,7 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
             daily += _daily_rows(con, cfg)
             _carry(con)
         return _combine(jobs, cfg), daily, _rules_fired(store, None) if fired else None, _combine_accounts(accounts)
-    prepare_period(store, cfg, period, basis)
+    prepare_period(store, cfg, period, basis, current=stored)
     one = _job_rows(con, cfg)
     return one, _daily_rows(con, cfg), _rules_fired(store, period) if fired else None, _account_rows(con, cfg, one)
 

@@ -432,15 +432,18 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
     """Step 3: ba_agg, ba_spot_hours, ba_spot_res and ba_win (the restart-window lines by charge period: fees,
     signals, checkpoint re-reads and egress) from the groups and ``ba_attr``.  ``split``: the groups are
     :mod:`billing_audit.kubernetes`'s (a node's lines in parts: attribution by ``ah``, a job's parts of one
-    charge period add up their spot hours).  ``sources_only``: ba_agg holds only what a job row's interruption
-    source is chosen by (its lines and fee count, with and without signal, per job row): a period prepared for
-    its interruptions alone (the previous period of a report)."""
+    charge period add up their spot hours).  ``sources_only``: a period prepared for its interruptions alone
+    (the previous period of a report): ba_agg holds only what a job row's interruption source is chosen by (its
+    lines and fee count, with and without signal, per job row), and ba_win only the lines that can be
+    interruptions (restart fees and signals: no checkpoint re-reads or egress, which link with interruptions
+    and are not ones)."""
     if basis not in COST_BASES:
         raise BillingAuditError(f"--cost-basis {basis!r}: choose effective, billed or list")
     cost = basis
     priced = "0" if basis == "list" else f"g.priced_{basis}"
     unpriced = "0" if basis == "list" else f"g.unpriced_{basis}"
     cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
+    window_ranks = (FEE_RANK,) if sources_only else WINDOW_RANKS
     joined = (f"{groups} g JOIN ba_attr t ON t.h = g.{'ah' if split else 'h'} JOIN {keys} k ON k.h = g.h "
               f"WHERE {period_filter(period)}")
     # split: each operand DECIMAL(37,12), so that their sum is DECIMAL(38,12) on Spark too (two DECIMAL(38,12) add
@@ -475,17 +478,19 @@ GROUP BY t.job, t.team, k.provider, k.currency, k.ResourceId"""),
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {cat} AS category,
        g.signal AS signal, g.cps AS s, g.cpe AS e, SUM(g.n) AS n, SUM(g.{cost}) AS cost, SUM(g.fee_n) AS fee_n,
        k.BillingAccountId AS account
-FROM {joined} AND (g.rank IN ({", ".join(map(str, WINDOW_RANKS))}) OR g.signal)
+FROM {joined} AND (g.rank IN ({", ".join(map(str, window_ranks))}) OR g.signal)
 GROUP BY t.job, t.team, k.provider, k.currency, g.rank, g.signal, g.cps, g.cpe, k.BillingAccountId"""),
     ]
 
 
 def prepare(con: duckdb.DuckDBPyConnection, cfg: Config, period: str | None, basis: str,
-            skip: Sequence[str] = (), sources_only: bool = False) -> bool:
+            skip: Sequence[str] = (), sources_only: bool = False, current: tuple[str, str] | None = None) -> bool:
     """Steps 1-3 as temp tables on `con`; step 1 from the stored groups when current; the step-3 tables named in
     ``skip`` are not made (e.g. ``ba_spot_hours`` for a period whose interruptions alone are wanted);
-    ``sources_only``: ba_agg as :func:`aggregate_steps` makes it then.  Returns whether the stored groups were used."""
-    stored = current_groups(con)
+    ``sources_only``: ba_agg as :func:`aggregate_steps` makes it then; ``current``: the stored groups as
+    :func:`current_groups` found them current on `con` (a report of several periods looks once; None: looked
+    up here).  Returns whether the stored groups were used."""
+    stored = current or current_groups(con)
     groups, keys = stored or build_groups(con, 0, temp=True)
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_attr AS {with_ctes(attribution_ctes(cfg, groups, keys, period))}")
     from billing_audit import kubernetes
