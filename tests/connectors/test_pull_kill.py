@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import duckdb
 import pytest
 
 import billing_audit
+import killing
 from peers_aws import AwsPeer
 from support import FIXTURES
 
@@ -70,24 +68,24 @@ def test_kills_during_pull(peer: AwsPeer, tmp_path: Path) -> None:
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
     db, cache = tmp_path / "pulled.duckdb", tmp_path / "cache"
-    cmd = [sys.executable, "-m", "billing_audit.cli", "pull", "aws", "--endpoint-url", peer.url, "--bucket", BUCKET,
-           "--db", str(db), "--cache", str(cache), "-q"]
-    rng = random.Random(11)
+    pull = [sys.executable, "-m", "billing_audit.cli", "pull", "aws", "--endpoint-url", peer.url, "--bucket", BUCKET, "-q"]
+    cmd = [*pull, "--db", str(db), "--cache", str(cache)]
+    # a whole pull timed (listing, downloading, ingesting), so that the kills land inside a pull's own work on any
+    # machine: in its first half, where the periods are not all stored yet (a pull after one that stored a period
+    # has less to do)
+    run = killing.timed([*pull, "--db", str(tmp_path / "probe.duckdb"), "--cache", str(tmp_path / "probe-cache")], env)
+    start = killing.startup(killing.PULL_IMPORTS)
+    at = killing.delays(11, 10, run, start, 0.02, 0.5)
     kills = 0
     for i in range(10):
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 2.5))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
+        kills += killing.kill_after(cmd, at[i], env=env)
         if db.exists():
             for period, n, total in _totals(db):
                 assert (period, n, total) == whole[period], f"a partial period after kill {i}"
         if i % 4 == 3:  # start again from nothing now and then, so early phases get killed too
             db.unlink(missing_ok=True)
             Path(str(db) + ".wal").unlink(missing_ok=True)
-    assert kills >= 4, f"only {kills} pulls were killed"
+    assert kills >= 4, f"only {kills} pulls were killed (a pull {run:.2f} s, its start-up {start:.2f} s)"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert _totals(db) == _totals(ref)

@@ -8,7 +8,6 @@ from a completed tag run of the lines stored now.
 from __future__ import annotations
 
 import json
-import random
 import resource
 import shutil
 import signal
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import killing
 from billing_audit.rollup import NO_TAG_RUN
 from support import FIXTURES
 
@@ -138,59 +138,15 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, tuple[int
     return root / "gen", db, _clean(db, root)
 
 
-def _startup() -> float:
-    """Seconds a command takes before its work: the interpreter, the imports of a tag run and opening a store
-    (the slowest of three, so that a kill timed past it lands in the run's own work)."""
-    code = "import billing_audit.app, duckdb; duckdb.connect(':memory:').close()"
-    times = []
-    for _ in range(3):
-        t = time.monotonic()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        times.append(time.monotonic() - t)
-    return max(times)
-
-
-def _timed(cmd: list[str]) -> float:
-    t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return time.monotonic() - t
-
-
-def _kill_delays(seed: int, n: int, run: float, start: float) -> list[float]:
-    """n kill times inside a run measured at `run` s whose first `start` s are the start-up: between a tenth and
-    six tenths of the way through its own work, so that they land before its commit on a faster or slower machine
-    alike (a kill timed in absolute seconds misses the run once the code gets faster)."""
-    rng = random.Random(seed)
-    work = max(run - start, 0.2)
-    return [start + rng.uniform(0.1, 0.6) * work for _ in range(n)]
-
-
-def _kill_after(cmd: list[str], delay: float, ready: str | None = None) -> bool:
-    """Run cmd, SIGKILL it `delay` s after it starts (or after it prints `ready` on stderr); True if it was killed."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if ready is not None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if ready in line:
-                break
-    time.sleep(delay)
-    killed = proc.poll() is None
-    if killed:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return killed
-
-
 @pytest.mark.slow
 def test_kills_during_the_first_tag(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
     _, ingested, clean = big
-    run = _timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"])
+    run = killing.timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"])
     outcomes = []
-    for i, delay in enumerate(_kill_delays(15, 4, run, _startup())):
+    for i, delay in enumerate(killing.delays(15, 4, run, killing.startup())):
         db = tmp_path / f"k{i}.duckdb"
         shutil.copy(ingested, db)
-        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
+        killed = killing.kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
         # and a tag run afterwards gives the clean figures
         assert _cli("tag", "--db", str(db), "-q").returncode == 0
@@ -203,11 +159,11 @@ def test_kills_during_the_first_tag(big: tuple[Path, Path, tuple[int, str, str]]
 def test_kills_during_the_tag_step_of_audit(big: tuple[Path, Path, tuple[int, str, str]], tmp_path: Path) -> None:
     gen, ingested, clean = big
     # after "file(s) ingested" the audit's tag step runs in the process already started: no start-up to skip
-    tag = _timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"]) - _startup()
+    tag = killing.timed([*CLI, "tag", "--db", str(shutil.copy(ingested, tmp_path / "probe.duckdb")), "-q"]) - killing.startup()
     outcomes = []
-    for i, delay in enumerate(_kill_delays(9, 3, tag, 0.0)):
+    for i, delay in enumerate(killing.delays(9, 3, tag, 0.0)):
         db = tmp_path / f"a{i}.duckdb"
-        killed = _kill_after([*CLI, "audit", str(gen), "--db", str(db), "--out", str(tmp_path / f"out{i}")],
+        killed = killing.kill_after([*CLI, "audit", str(gen), "--db", str(db), "--out", str(tmp_path / f"out{i}")],
                              delay, ready="file(s) ingested")
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
     assert sum(o == "refused" for _, o in outcomes) >= 2, f"too few audits were killed in their tag step: {outcomes}"
@@ -249,10 +205,10 @@ def test_kills_during_an_incremental_tag(two_months: tuple[Path, tuple[int, str,
     run = time.monotonic() - t
     assert p.returncode == 0 and "incremental: 1 of 2 slices changed since tag run 1" in p.stderr, p.stderr
     outcomes = []
-    for i, delay in enumerate(_kill_delays(19, 4, run, _startup())):
+    for i, delay in enumerate(killing.delays(19, 4, run, killing.startup())):
         db = tmp_path / f"i{i}.duckdb"
         shutil.copy(db0, db)
-        killed = _kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
+        killed = killing.kill_after([*CLI, "tag", "--db", str(db), "-q"], delay)
         outcomes.append((killed, _refuses_or_equals(db, tmp_path, clean)))
         assert _cli("tag", "--db", str(db), "-q").returncode == 0
         assert _figures(db, tmp_path) == clean
