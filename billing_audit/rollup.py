@@ -39,9 +39,12 @@ from billing_audit.sql import lit
 UNATTRIBUTED = "(unattributed)"
 COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}
 COUNTABLE_UNIT = r"restart|interrupt|eviction|preemption|count|each|event|occurrence|^1$|^$"
-HOUR_UNITS = r"^(1 )?(hrs?|hours?|h)$"
+# the units that count hours, lower case and trimmed: h, hr(s), hour(s), each also after "1 " (exact names, an IN
+# list: a regular expression per spot line took 0.3 s of the line groups at 10M)
+HOUR_WORDS = ("hr", "hrs", "hour", "hours")
+HOUR_UNITS = tuple(f"{one}{w}" for one in ("", "1 ") for w in ("h", *HOUR_WORDS))
 # units that count hours in tens or hundreds (Azure's "10 Hours", "100 Hours"): the quantity scaled by the number
-HOUR_MULTIPLES = {10: r"^10 (hrs?|hours?)$", 100: r"^100 (hrs?|hours?)$"}
+HOUR_MULTIPLES = {n: tuple(f"{n} {w}" for w in HOUR_WORDS) for n in (10, 100)}
 CATEGORY_RANK = "CASE category " + " ".join(f"WHEN '{c}' THEN {i + 1}" for i, c in enumerate(CATEGORIES)) + " END"
 SPOT_RANK = CATEGORIES.index("spot_compute") + 1
 FEE_RANK = CATEGORIES.index("restart_fee") + 1
@@ -110,9 +113,9 @@ def measures(bases: tuple[str, ...], od: str | None = None) -> str:
     whens = []
     for unit, qty in (("PricingUnit", "PricingQuantity"), ("ConsumedUnit", "ConsumedQuantity")):
         low = f"lower(trim(coalesce(l.{unit}, '')))"
-        whens.append(f"WHEN regexp_matches({low}, '{HOUR_UNITS}') THEN CAST(l.{qty} AS DOUBLE)")
-        whens += [f"WHEN regexp_matches({low}, '{pattern}') THEN CAST(l.{qty} AS DOUBLE) * {n}"
-                  for n, pattern in HOUR_MULTIPLES.items()]
+        whens.append(f"WHEN {low} IN ({', '.join(map(lit, HOUR_UNITS))}) THEN CAST(l.{qty} AS DOUBLE)")
+        whens += [f"WHEN {low} IN ({', '.join(map(lit, names))}) THEN CAST(l.{qty} AS DOUBLE) * {n}"
+                  for n, names in HOUR_MULTIPLES.items()]
     hours = f"CASE {' '.join(whens)} ELSE {_span()} END"
     parts = ["count(*) AS n"]
     parts += [f"sum(coalesce(l.{COST_BASES[b]}, 0)) AS {b}" for b in bases]

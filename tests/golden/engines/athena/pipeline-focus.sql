@@ -680,17 +680,17 @@ WITH line_items AS (
             DATE_TRUNC('SECOND', l.ChargePeriodEnd)
           ) AS DOUBLE) / 3600.0,
           CASE
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('h', 'hr', 'hrs', 'hour', 'hours', '1 h', '1 hr', '1 hrs', '1 hour', '1 hours')
             THEN CAST(l.PricingQuantity AS DOUBLE)
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^10 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('10 hr', '10 hrs', '10 hour', '10 hours')
             THEN CAST(l.PricingQuantity AS DOUBLE) * 10
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^100 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('100 hr', '100 hrs', '100 hour', '100 hours')
             THEN CAST(l.PricingQuantity AS DOUBLE) * 100
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('h', 'hr', 'hrs', 'hour', 'hours', '1 h', '1 hr', '1 hrs', '1 hour', '1 hours')
             THEN CAST(l.ConsumedQuantity AS DOUBLE)
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^10 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('10 hr', '10 hrs', '10 hour', '10 hours')
             THEN CAST(l.ConsumedQuantity AS DOUBLE) * 10
-            WHEN REGEXP_LIKE(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^100 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('100 hr', '100 hrs', '100 hour', '100 hours')
             THEN CAST(l.ConsumedQuantity AS DOUBLE) * 100
             ELSE CAST(DATE_DIFF(
               'SECOND',

@@ -1321,17 +1321,17 @@ WITH gcp_fields AS (
         THEN LEAST(
           DATETIME_DIFF(l.ChargePeriodEnd, l.ChargePeriodStart, SECOND) / 3600.0,
           CASE
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('h', 'hr', 'hrs', 'hour', 'hours', '1 h', '1 hr', '1 hrs', '1 hour', '1 hours')
             THEN CAST(l.PricingQuantity AS FLOAT64)
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^10 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('10 hr', '10 hrs', '10 hour', '10 hours')
             THEN CAST(l.PricingQuantity AS FLOAT64) * 10
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.PricingUnit, ''))), '^100 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.PricingUnit, ''))) IN ('100 hr', '100 hrs', '100 hour', '100 hours')
             THEN CAST(l.PricingQuantity AS FLOAT64) * 100
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^(1 )?(hrs?|hours?|h)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('h', 'hr', 'hrs', 'hour', 'hours', '1 h', '1 hr', '1 hrs', '1 hour', '1 hours')
             THEN CAST(l.ConsumedQuantity AS FLOAT64)
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^10 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('10 hr', '10 hrs', '10 hour', '10 hours')
             THEN CAST(l.ConsumedQuantity AS FLOAT64) * 10
-            WHEN REGEXP_CONTAINS(LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))), '^100 (hrs?|hours?)$')
+            WHEN LOWER(TRIM(COALESCE(l.ConsumedUnit, ''))) IN ('100 hr', '100 hrs', '100 hour', '100 hours')
             THEN CAST(l.ConsumedQuantity AS FLOAT64) * 100
             ELSE DATETIME_DIFF(l.ChargePeriodEnd, l.ChargePeriodStart, SECOND) / 3600.0
           END
