@@ -49,7 +49,9 @@ def delays(seed: int, n: int, run: float, start: float, lo: float = 0.1, hi: flo
 def kill_after(cmd: list[str], delay: float, ready: str | None = None,
                env: Mapping[str, str] | None = None) -> bool:
     """Run cmd, SIGKILL it `delay` s after it starts (or after it prints `ready` on stderr); True if it was killed."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    # stderr read only when waiting for `ready` (a pipe nobody reads can fill and stall the run)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if ready is None else subprocess.PIPE,
+                            text=True, env=env)
     if ready is not None:
         assert proc.stderr is not None
         for line in proc.stderr:
