@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import random
 import resource
 import signal
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import duckdb
 import pytest
 
 import billing_audit
+import killing
 from support import FIXTURES
 
 PARQUET_DIR = FIXTURES / "aws/cur-legacy-parquet/cur/gpu-cur/gpu-cur/year=2026/month=10"
@@ -47,35 +46,43 @@ def _state(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]
 
 @pytest.mark.slow
 def test_twenty_kills_during_ingest_and_tag_then_a_rerun_completes(tmp_path: Path) -> None:
+    """Three steps (ingest one month, ingest another beside it, tag both), each killed seven times inside its own
+    work and then let complete: after every kill the store opens and holds what the completed steps stored, every
+    account's month whole, and no rule hits until a tag run completes; at the end it equals an uninterrupted
+    run's.  The kills are timed from each step's run measured on a reference store in the same state (a kill
+    timed in absolute seconds lands after a fast run's commit, and a run after one that completed has nothing
+    left to do)."""
     months = [_month(tmp_path / f"m{i}", 480_000, f"90000000000{i}", 9 + i) for i in range(2)]
-    # the reference: an uninterrupted run
+
+    def steps(db: Path) -> list[list[str]]:
+        return [*([*CLI, "ingest", str(m), "--db", str(db), "-q"] for m in months), [*CLI, "tag", "--db", str(db), "-q"]]
+
+    # the reference: the steps uninterrupted, each timed from the state the steps before it left
+    start = killing.startup()
     ref_db = tmp_path / "ref.duckdb"
-    for m in months:
-        subprocess.run([*CLI, "ingest", str(m), "--db", str(ref_db), "-q"], check=True)
-    subprocess.run([*CLI, "tag", "--db", str(ref_db), "-q"], check=True)
+    runs = [killing.timed(cmd) for cmd in steps(ref_db)]
     reference = _state(ref_db)
     complete = {row[0]: row for row in reference[0]}
+    accounts = [f"90000000000{i}" for i in range(2)]
 
     db = tmp_path / "store.duckdb"
-    rng = random.Random(7)
-    kills = 0
-    for i in range(20):
-        cmd = [*CLI, "ingest", str(months[i % 2]), "--db", str(db), "-q"] if i % 3 else [*CLI, "tag", "--db", str(db), "-q"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 2.0))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        # after every kill: the store opens, and each account holds all of its month or none of it
-        if db.exists():
-            totals, _ = _state(db)
+    kills = tries = 0
+    for step, (cmd, run) in enumerate(zip(steps(db), runs, strict=True)):
+        stored = accounts[:step]  # the accounts the completed steps ingested
+        for delay in killing.delays(7 + step, 7, run, start, 0.05, 0.8):
+            tries += 1
+            kills += killing.kill_after(cmd, delay)
+            if not db.exists():
+                assert not stored
+                continue
+            totals, hits = _state(db)
             for acct, n, total in totals:
-                assert (acct, n, total) == complete[acct], f"partial month after kill {i}"
-    assert kills >= 10, f"only {kills} runs were killed: the test did not test much"
-    for m in months:
-        subprocess.run([*CLI, "ingest", str(m), "--db", str(db), "-q"], check=True)
-    subprocess.run([*CLI, "tag", "--db", str(db), "-q"], check=True)
+                assert (acct, n, total) == complete[acct], f"a partial month after kill {tries} (step {step})"
+            held = [row[0] for row in totals]
+            assert held == stored or (step < 2 and held == accounts[:step + 1]), f"after kill {tries}: {held}"
+            assert hits == [] or (step == 2 and hits == reference[1]), f"rule hits after kill {tries}: {hits}"
+        subprocess.run(cmd, check=True)  # then the step completes over what the killed runs left
+    assert kills >= 15, f"only {kills} of {tries} runs were killed: the test did not test much"
     assert _state(db) == reference
 
 
