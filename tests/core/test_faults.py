@@ -52,7 +52,8 @@ def test_twenty_kills_during_ingest_and_tag_then_a_rerun_completes(tmp_path: Pat
     run's.  The kills are timed from each step's run measured on a reference store in the same state (a kill
     timed in absolute seconds lands after a fast run's commit, and a run after one that completed has nothing
     left to do)."""
-    months = [_month(tmp_path / f"m{i}", 480_000, f"90000000000{i}", 9 + i) for i in range(2)]
+    accounts = [f"90000000000{i}" for i in range(2)]
+    months = [_month(tmp_path / f"m{i}", 480_000, acct, 9 + i) for i, acct in enumerate(accounts)]
 
     def steps(db: Path) -> list[list[str]]:
         return [*([*CLI, "ingest", str(m), "--db", str(db), "-q"] for m in months), [*CLI, "tag", "--db", str(db), "-q"]]
@@ -63,7 +64,6 @@ def test_twenty_kills_during_ingest_and_tag_then_a_rerun_completes(tmp_path: Pat
     runs = [killing.timed(cmd) for cmd in steps(ref_db)]
     reference = _state(ref_db)
     complete = {row[0]: row for row in reference[0]}
-    accounts = [f"90000000000{i}" for i in range(2)]
 
     db = tmp_path / "store.duckdb"
     kills = tries = 0
