@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from billing_audit.categories import CATEGORIES
-from billing_audit.config import Config
 from billing_audit.errors import BillingAuditError
 from billing_audit.sql import lit
+
+if TYPE_CHECKING:
+    from billing_audit.config import Config
 
 UNATTRIBUTED = "(unattributed)"
 COST_BASES = {"effective": "EffectiveCost", "billed": "BilledCost", "list": "ListCost"}

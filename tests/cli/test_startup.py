@@ -11,13 +11,14 @@ import os
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
 
 import billing_audit.cli
 from billing_audit.cli import LAZY_COMMANDS, main
-from support import ROOT
+from support import FIXTURES, ROOT
 
 HEAVY = frozenset({"polars", "duckdb", "pydantic", "pydantic_core", "rich", "sqlglot", "yaml", "pyarrow", "numpy",
                    "pandas", "pyspark", "boto3", "botocore", "google", "azure", "annotated_types"})
@@ -159,3 +160,21 @@ def test_a_known_choice_is_taken_without_loading_the_choices() -> None:
     assert (choice.convert("spark", None, None), loads) == ("spark", [1])
     with pytest.raises(click.BadParameter, match="'nope' is not one of 'duckdb', 'spark'"):
         choice.convert("nope", None, None)
+
+
+def test_search_loads_neither_the_config_nor_the_rule_parser(tmp_path: Path) -> None:
+    """`search` (platform teams run it in loops) imports what it reads with, not pydantic (the config: search
+    reads none) nor sqlglot, rich or the clouds' SDKs: about 0.1 s of a 0.5 s search (issue #19).  The search
+    itself runs and finds the fixtures' restart fees."""
+    import billing_audit
+
+    db = tmp_path / "s.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([FIXTURES / "aws"]).errors
+        store.tag()
+    code = ("import contextlib, io\nfrom billing_audit.cli import main\nout = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n    try:\n"
+            f"        main(['search', 'spot restart', '--db', {str(db)!r}, '--format', 'json'], prog_name='billing-audit')\n"
+            "    except SystemExit as e:\n        assert not e.code, e.code\n"
+            "doc = json.loads(out.getvalue())\nassert doc['totals'], doc")
+    assert _imported(code) == {"duckdb", "polars", "pyarrow"}
