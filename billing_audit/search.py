@@ -177,12 +177,14 @@ def index_sql(lines: str = "line_items") -> list[tuple[str, str]]:
         ("search_texts", f"""SELECT h, {_norm_sql()} AS norm FROM (
             SELECT hash({cols}) AS h, {", ".join(f"any_value({c}) AS {c}" for c in SEARCH_COLUMNS)}
             FROM {lines} GROUP BY h)"""),
+        # grouped by the texts' hash, not by the texts: the description and usage type are two of the texts the
+        # hash is of, as search_texts has them (10M lines: 2.26 -> 1.69 s, median of five alternating runs; the same rows)
         ("search_index", f"""SELECT hash({cols}) AS h, x_Provider AS provider,
-            coalesce(ChargeDescription, x_UsageType) AS description, x_UsageType AS usage_type,
+            any_value(coalesce(ChargeDescription, x_UsageType)) AS description, any_value(x_UsageType) AS usage_type,
             coalesce(BillingCurrency, '?') AS currency, SubAccountId AS account, BillingPeriodStart AS bps,
             CAST(ChargePeriodStart AS DATE) AS day, count(*) AS n, sum(ConsumedQuantity) AS quantity,
             sum(BilledCost) AS cost
-            FROM {lines} GROUP BY ALL"""),
+            FROM {lines} GROUP BY 1, 2, 5, 6, 7, 8"""),
     ]
 
 
