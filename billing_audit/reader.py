@@ -666,6 +666,7 @@ class MappedFile:
     delimiter: str = ","  # CSV: sniffed from the header
     decimal_comma: bool = False  # CSV: numbers written 1,5 / 1.234,56 (sniffed from the first MB)
     day_first: bool = False  # slash dates read D/M (decided from whole columns by mapped_sql)
+    written: list[str] = field(default_factory=list)  # the columns mapped_sql gives values (not NULL for every line)
 
     def __post_init__(self) -> None:
         if self.kind != "csv":
@@ -854,7 +855,9 @@ class MappedFile:
         return f"SELECT {', '.join(parts)} FROM {self.reader()} AS raw"
 
     def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int) -> str:
-        """SELECT producing every canonical column in schema order."""
+        """SELECT producing every canonical column in schema order.  ``self.written`` names those the format
+        provides and those every line has (the rest are NULL for every line: the store's table need not hold
+        them, :data:`billing_audit.ddl.LINES_TABLE`)."""
         body = self.fmt.render(self.lower_cols())
         self.decide_day_first(con)
         src = self.src_sql()
@@ -879,7 +882,10 @@ class MappedFile:
             "x_IngestId": str(int(ingest_id)),
         }
         out = []
+        self.written = []
         for c in schema.COLUMNS:
+            if c.name in fixed or c.name in provided or c.name in ("BillingPeriodStart", "BillingPeriodEnd", "Tags"):
+                self.written.append(c.name)
             if c.name in fixed:
                 expr = fixed[c.name]
             elif c.name == "BillingPeriodStart":

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from billing_audit.sql import ident
+
 MONEY = "DECIMAL(38,12)"
 QUANTITY = "DECIMAL(38,12)"
 TEXT = "VARCHAR"
@@ -109,6 +111,7 @@ BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 MONEY_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.type == MONEY)
 
 
-def create_line_items_sql(table: str = "line_items") -> str:
-    cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in COLUMNS)
+def create_line_items_sql(table: str = "line_items", names: tuple[str, ...] | None = None) -> str:
+    """A table of the canonical columns (``names``: those alone, in schema order)."""
+    cols = ",\n  ".join(f"{ident(c.name)} {c.type}" for c in COLUMNS if names is None or c.name in names)
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"

@@ -31,7 +31,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINE_ITEMS, LINE_ITEMS_ADDED, PRICE_TABLES
+from billing_audit import schema
+from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINES_TABLE, LINES_TABLE_DDL, PRICE_TABLES, lines_view, lines_view_key
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
@@ -46,7 +47,7 @@ from billing_audit.reader import (
     probe_columns,
     readable,
 )
-from billing_audit.sql import lit
+from billing_audit.sql import ident, lit
 
 DEFAULT_DB = "billing-audit.duckdb"
 
@@ -244,9 +245,35 @@ class Store:
 
     # -- schema -----------------------------------------------------------------
     def _create(self) -> None:
-        self.con.execute(LINE_ITEMS)
-        for ddl in (*LINE_ITEMS_ADDED, *BOOKKEEPING, *PRICE_TABLES, *EVENT_TABLES):
+        self._lines_layout()
+        for ddl in (*BOOKKEEPING, *PRICE_TABLES, *EVENT_TABLES):
             self.con.execute(ddl)
+
+    def _lines_layout(self) -> None:
+        """The table of lines and the view ``line_items`` over it (:data:`billing_audit.ddl.LINES_TABLE`), made in
+        one transaction when missing or when the view no longer reads what the table holds (a store written by an
+        older version: its table ``line_items`` of every canonical column becomes the table of lines)."""
+        con = self.con
+        kinds = dict(con.execute(
+            "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_catalog = current_database() AND table_name IN ('line_items', ?)", [LINES_TABLE]).fetchall())
+        if kinds.get("line_items") == "VIEW" and LINES_TABLE in kinds:
+            row = con.execute("SELECT comment FROM duckdb_views() WHERE database_name = current_database() "
+                              "AND schema_name = 'main' AND view_name = 'line_items'").fetchone()
+            if row and row[0] == lines_view_key(set(self._lines_columns())):
+                return
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if kinds.get("line_items") == "BASE TABLE":
+                con.execute(f"ALTER TABLE line_items RENAME TO {LINES_TABLE}")
+            con.execute(LINES_TABLE_DDL)
+            for stmt in lines_view(set(self._lines_columns())):
+                con.execute(stmt)
+            con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self.con.close()
@@ -425,9 +452,9 @@ class Store:
                         try:
                             if len(cols) > WIDE_COLUMNS:
                                 with self._staged(sql, len(cols), display) as staged:
-                                    n = con.execute(f"INSERT INTO line_items SELECT * FROM {staged}").fetchone()
+                                    n = con.execute(self._insert_lines(mf.written, staged)).fetchone()
                             else:
-                                n = con.execute(f"INSERT INTO line_items {sql}").fetchone()
+                                n = con.execute(self._insert_lines(mf.written, f"({sql})")).fetchone()
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
                             con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid
@@ -465,6 +492,25 @@ class Store:
             raise
         report.replaced_rows += replaced
         report.files.extend(results)
+
+    def _insert_lines(self, written: list[str], rows: str) -> str:
+        """The INSERT of a file's mapped ``rows`` (a relation of every canonical column) into the store's table of
+        lines: the columns the file's mapping gives values (``written``), each added to the table first if no
+        export before gave it, and the view over the table made again (:data:`billing_audit.ddl.LINES_TABLE`)."""
+        have = set(self._lines_columns())
+        new = [c for c in written if c not in have]
+        for name in new:
+            self.con.execute(f"ALTER TABLE {LINES_TABLE} ADD COLUMN {ident(name)} {schema.BY_NAME[name].type}")
+        if new:
+            for stmt in lines_view(have | set(new)):
+                self.con.execute(stmt)
+        cols = ", ".join(ident(c) for c in written)
+        return f"INSERT INTO {LINES_TABLE} ({cols}) SELECT {cols} FROM {rows} AS ba_rows"
+
+    def _lines_columns(self) -> list[str]:
+        return [r[0] for r in self.con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+            "AND table_name = ? ORDER BY column_index", [LINES_TABLE]).fetchall()]
 
     @contextlib.contextmanager
     def _staged(self, sql: str, ncols: int, display: str) -> Iterator[str]:
@@ -584,7 +630,7 @@ class Store:
         for prov, acct, period, rows in new_slices:
             owner = self._owner(prov, d.export, acct, period)
             if self._is_newer(owner, d):
-                con.execute(f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
+                con.execute(f"DELETE FROM {LINES_TABLE} WHERE x_IngestId = ? AND {where}", [ingest_id, prov, acct, period])
                 superseded_rows += rows
                 continue
             if owner:
@@ -592,7 +638,7 @@ class Store:
                     con.execute(f"INSERT INTO ba_gone SELECT x_LineItemId FROM line_items WHERE x_IngestId = ? "
                                 f"AND {where}", [owner[0], prov, acct, period])
                 n = con.execute(
-                    f"DELETE FROM line_items WHERE x_IngestId = ? AND {where}", [owner[0], prov, acct, period]
+                    f"DELETE FROM {LINES_TABLE} WHERE x_IngestId = ? AND {where}", [owner[0], prov, acct, period]
                 ).fetchone()
                 replaced += int(n[0]) if n else 0
                 con.execute("DELETE FROM slices WHERE ingest_id = ? AND x_Provider = ? AND BillingAccountId IS NOT "
@@ -666,7 +712,7 @@ class Store:
                 "more lines" if rows != orows else "newer delivery")
             winner, loser = (ingest_id, oid) if new_wins else (oid, ingest_id)
             gone = con.execute(
-                f"DELETE FROM line_items WHERE x_IngestId = $l AND x_LineItemId IN (WITH w AS (SELECT {LINE_CONTENT} AS h, count(*) AS n "
+                f"DELETE FROM {LINES_TABLE} WHERE x_IngestId = $l AND x_LineItemId IN (WITH w AS (SELECT {LINE_CONTENT} AS h, count(*) AS n "
                 f"FROM line_items WHERE x_IngestId = $w AND {where} GROUP BY 1), l AS (SELECT x_LineItemId, "
                 f"{LINE_CONTENT} AS h, row_number() OVER (PARTITION BY {LINE_CONTENT} ORDER BY x_SourceFile, "
                 f"x_SourceRow) AS rn FROM line_items WHERE x_IngestId = $l AND {where}) "

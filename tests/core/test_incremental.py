@@ -28,7 +28,7 @@ from billing_audit import outputs, pricing
 from billing_audit.config import load_config
 from billing_audit.report import build_report
 from billing_audit.rules import load_rules
-from support import ROOT
+from support import ROOT, writable_lines
 
 
 def _gen() -> Any:
@@ -417,7 +417,7 @@ def test_only_the_lines_of_files_with_a_gone_ids_fingerprint_are_checked(tmp_pat
     with billing_audit.open(db) as s:
         q = s.con.execute
         present = q("SELECT x_LineItemId FROM rule_hits ORDER BY 1 LIMIT 1").fetchone()[0]
-        q("INSERT INTO line_items (SELECT * REPLACE ('odd' AS x_LineItemId) FROM line_items LIMIT 1)")
+        q(f"INSERT INTO {writable_lines(s.con)} BY NAME (SELECT * REPLACE ('odd' AS x_LineItemId) FROM line_items LIMIT 1)")
         q("INSERT INTO rule_hits VALUES ('odd', 'BA999', 'custom', 'r', 1), ('gone-0123456789ab-1', 'BA999', "
           "'custom', 'r', 1)")
         n = q("SELECT count(*) FROM rule_hits").fetchone()[0]

@@ -435,7 +435,7 @@ def test_a_wide_files_staged_rows_are_the_rows_a_direct_insert_stores(tmp_path: 
             before = store.con.execute(settings).fetchone()
             assert store.ingest([folder]).rows == 13
             assert store.con.execute(settings).fetchone() == before  # the wide read's settings are undone
-            return store.con.execute("SELECT * EXCLUDE (x_LineItemId) FROM line_items ORDER BY rowid").fetchall()
+            return store.con.execute("SELECT * EXCLUDE (x_LineItemId) FROM line_items ORDER BY x_SourceFile, x_SourceRow").fetchall()
 
     staged = stored(tmp_path / "staged.duckdb")
     assert not list(temp.iterdir())  # the stage is removed

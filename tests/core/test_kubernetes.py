@@ -29,7 +29,7 @@ import billing_audit
 from billing_audit import app
 from billing_audit.config import Attribution, Config
 from billing_audit.report import build_report
-from support import FIXTURES
+from support import FIXTURES, writable_lines
 
 D = Decimal
 EKS = FIXTURES / "aws" / "cur2-eks"
@@ -154,14 +154,26 @@ def test_job_label_keys_come_from_the_config(store_path: Path) -> None:
 
 
 def test_a_store_written_before_the_split_columns_gains_them(tmp_path: Path) -> None:
-    """A store whose line_items lack x_SplitParentId / x_SplitCost (an older version's) gets them, NULL for its
-    lines, when opened for writing, and then takes an export with split cost allocation data."""
+    """A store of an older version (its lines a table ``line_items`` of every canonical column of its day, without
+    x_SplitParentId / x_SplitCost) is read as it is, and opened for writing its table becomes the store's table of
+    lines behind the view: the view gives the split columns, NULL for its lines, and it takes an export with split
+    cost allocation data."""
     path = tmp_path / "old.duckdb"
     with billing_audit.open(path) as store:
         assert not store.ingest([GKE]).errors
-        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitCost")
-        store.con.execute("ALTER TABLE line_items DROP COLUMN x_SplitParentId")
+        store.con.execute("CREATE TABLE ba_old AS SELECT * EXCLUDE (x_SplitCost, x_SplitParentId) FROM line_items")
+        store.con.execute("DROP VIEW line_items")
+        store.con.execute("DROP TABLE line_items_data")
+        store.con.execute("ALTER TABLE ba_old RENAME TO line_items")
+        gke = store.con.execute("SELECT count(*), sum(BilledCost) FROM line_items").fetchone()
+    with billing_audit.open(path, read_only=True) as store:
+        assert store.con.execute("SELECT count(*), sum(BilledCost) FROM line_items").fetchone() == gke
     with billing_audit.open(path) as store:
+        kinds = store.con.execute("SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN "
+                                  "('line_items', 'line_items_data') ORDER BY 1").fetchall()
+        assert kinds == [("line_items", "VIEW"), ("line_items_data", "BASE TABLE")]
+        assert store.con.execute("SELECT count(*), sum(BilledCost), count(x_SplitCost) FROM line_items").fetchone() \
+            == (*gke, 0)
         assert not store.ingest([EKS]).errors
         store.tag()
         got = store.con.execute("SELECT x_Provider, count(x_SplitParentId), sum(x_SplitCost) FROM line_items "
@@ -234,7 +246,7 @@ def test_a_daily_fee_on_a_shared_node_is_shared_by_the_pods_over_its_hours(tmp_p
     path = tmp_path / "day.duckdb"
     with billing_audit.open(path) as store:
         assert not store.ingest([EKS]).errors
-        store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+        store.con.execute(f"""INSERT INTO {writable_lines(store.con)} BY NAME SELECT * REPLACE (
               x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
               TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
               1.70 AS ListCost)
@@ -262,7 +274,7 @@ def test_pod_records_carrying_cost_are_named_per_currency(tmp_path: Path) -> Non
     path = tmp_path / "podcost.duckdb"
     with billing_audit.open(path) as store:
         assert not store.ingest([EKS]).errors
-        store.con.execute("UPDATE line_items SET BilledCost = x_SplitCost, EffectiveCost = x_SplitCost "
+        store.con.execute(f"UPDATE {writable_lines(store.con)} SET BilledCost = x_SplitCost, EffectiveCost = x_SplitCost "
                           "WHERE x_SplitParentId = ? AND ChargePeriodStart = TIMESTAMP '2026-07-10 11:00:00' "
                           "AND Tags['aws_eks_namespace'] = 'research'", [NODE_A])
         store.tag()
@@ -277,7 +289,7 @@ def test_explain_a_daily_fee_lists_the_parts_over_its_hours(tmp_path: Path) -> N
     path = tmp_path / "dayx.duckdb"
     with billing_audit.open(path) as store:
         assert not store.ingest([EKS]).errors
-        store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+        store.con.execute(f"""INSERT INTO {writable_lines(store.con)} BY NAME SELECT * REPLACE (
               x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
               TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
               1.70 AS ListCost)

@@ -21,7 +21,7 @@ import billing_audit
 from billing_audit import app, pricing
 from billing_audit.cli import main
 from billing_audit.prices import PriceNeed
-from support import FIXTURES, ROOT
+from support import FIXTURES, ROOT, writable_lines
 
 PRICES = FIXTURES / "prices" / "aws"
 CUR_2018 = FIXTURES / "aws" / "cur-2018-csv"
@@ -281,7 +281,7 @@ def test_the_bills_slices_in_one_pass_are_those_of_the_keys_joined_to_their_line
                              "l.BilledCost) > 0 ORDER BY 1 LIMIT 2").fetchall()
         for suffix, zero in (("-free", "0 AS EffectiveCost, 0 AS BilledCost"),
                              ("-none", "0 AS PricingQuantity, 0 AS ConsumedQuantity")):
-            con.execute(f"INSERT INTO line_items SELECT * REPLACE (x_LineItemId || '{suffix}' AS x_LineItemId, {zero}) "
+            con.execute(f"INSERT INTO {writable_lines(con)} BY NAME SELECT * REPLACE (x_LineItemId || '{suffix}' AS x_LineItemId, {zero}) "
                         "FROM line_items WHERE x_LineItemId = ?", [billed[0][0]])
         if len(billed) > 1:
             con.execute("INSERT INTO ba_fake_spot VALUES (?)", [billed[1][0]])
@@ -324,7 +324,7 @@ def test_the_spot_lines_with_their_keys_in_one_pass_are_those_of_the_keys_joined
                     "FROM rule_hits WHERE x_LineItemId = ? LIMIT 1", [ids[0]])  # a fee now: not spot
         con.execute("INSERT INTO rule_hits SELECT * REPLACE ('test-twice' AS rule_id) FROM rule_hits "
                     "WHERE x_LineItemId = ? AND category = 'spot_compute' LIMIT 1", [ids[1]])
-        con.execute("UPDATE line_items SET x_UsageType = 'no key', SkuMeter = NULL, ChargeDescription = NULL, "
+        con.execute(f"UPDATE {writable_lines(con)} SET x_UsageType = 'no key', SkuMeter = NULL, ChargeDescription = NULL, "
                     "ServiceName = 'no key', ChargeCategory = 'Tax' WHERE x_LineItemId = ?", [ids[2]])
         spot_after, unkeyed, *d = differ()
         assert d == [0, 0] and spot_after == spot - 1 and unkeyed >= 1

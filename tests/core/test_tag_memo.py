@@ -13,6 +13,7 @@ import billing_audit
 from billing_audit import tagging, tagmemo
 from billing_audit.rules import load_rules
 from billing_audit.store import checkpoint_params
+from support import writable_lines
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -35,7 +36,7 @@ def stocked(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert store.ingest([FIXTURES]).rows > 0
         store.con.execute("CREATE TEMP TABLE ingested AS SELECT * FROM line_items")
         for name, change in VARIANTS.items():
-            store.con.execute(f"INSERT INTO line_items SELECT * REPLACE (x_LineItemId || '-{name}' AS x_LineItemId, "
+            store.con.execute(f"INSERT INTO {writable_lines(store.con)} BY NAME SELECT * REPLACE (x_LineItemId || '-{name}' AS x_LineItemId, "
                               f"{change}) FROM ingested")
     return db
 

@@ -21,7 +21,7 @@ from billing_audit.config import Config
 from billing_audit.engines import run_engine
 from billing_audit.report import build_report
 from billing_audit.rules import load_rules
-from support import FIXTURES, report_body
+from support import FIXTURES, report_body, writable_lines
 
 os.environ.setdefault("BILLING_AUDIT_SPARK_PARTITIONS", "2")
 MASTER = "local[2]"
@@ -54,7 +54,7 @@ def _tie_pods(store: billing_audit.Store) -> None:
     """Two more jobs' pods on node B at 10:00, each weighing 6.00 as llm-a's does: node B's 8.00 is 8/3 each,
     2.666666666666 and the 2e-12 remainder to the first of the tied parts by resource (llm-a's pod)."""
     for job in ("tie-d", "tie-c"):
-        store.con.execute(f"""INSERT INTO line_items SELECT * REPLACE (
+        store.con.execute(f"""INSERT INTO {writable_lines(store.con)} BY NAME SELECT * REPLACE (
               x_LineItemId || '-{job}' AS x_LineItemId, replace(ResourceId, 'llm-a-worker-1', '{job}-0') AS ResourceId,
               MAP {{'aws_eks_cluster_name': 'train-eks', 'aws_eks_namespace': 'research', 'aws_eks_node': '{NODE_B}',
                    'aws_eks_workload_name': '{job}', 'training_kubeflow_org_job_name': '{job}'}} AS Tags)
@@ -63,7 +63,7 @@ def _tie_pods(store: billing_audit.Store) -> None:
 
 def _daily_fee(store: billing_audit.Store) -> None:
     """Node A's restart fee again, 1.70, charged for the whole day 2026-07-10."""
-    store.con.execute("""INSERT INTO line_items SELECT * REPLACE (
+    store.con.execute(f"""INSERT INTO {writable_lines(store.con)} BY NAME SELECT * REPLACE (
           x_LineItemId || '-day' AS x_LineItemId, TIMESTAMP '2026-07-10 00:00:00' AS ChargePeriodStart,
           TIMESTAMP '2026-07-11 00:00:00' AS ChargePeriodEnd, 1.70 AS EffectiveCost, 1.70 AS BilledCost,
           1.70 AS ListCost)
