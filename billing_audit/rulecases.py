@@ -92,7 +92,7 @@ def orphan_case_files(dirs: list[Path]) -> list[Path]:
 
 def run_case(rule: Rule, case: CaseFile) -> tuple[set[str], set[str]]:
     """(ids expected to match, ids that matched) on a scratch store."""
-    from billing_audit.store import Store
+    from billing_audit.store import Store, lines_table
 
     rows: list[dict[str, Any]] = []
     for kind in ("match", "no_match"):
@@ -110,9 +110,8 @@ def run_case(rule: Rule, case: CaseFile) -> tuple[set[str], set[str]]:
                     "?::MAP(VARCHAR, VARCHAR)" if c == "Tags" else f"CAST(? AS {schema.BY_NAME[c].type})" for c in cols
                 )
                 store.con.execute(
-                    f"INSERT INTO line_items ({', '.join(chr(34) + c + chr(34) for c in cols)}) VALUES ({placeholders})",
-                    values,
-                )
+                    f"INSERT INTO {lines_table(store.con, cols)} ({', '.join(chr(34) + c + chr(34) for c in cols)}) "
+                    f"VALUES ({placeholders})", values)
             result = store.tag([rule], case.params)
             if result.failed:
                 raise result.failed[0]

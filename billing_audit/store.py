@@ -143,6 +143,27 @@ def dead_rows(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return max(0, stored - live), stored
 
 
+def lines_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The columns the store's table of lines holds (:data:`billing_audit.ddl.LINES_TABLE`)."""
+    return [r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = ? ORDER BY column_index", [LINES_TABLE]).fetchall()]
+
+
+def lines_table(con: duckdb.DuckDBPyConnection, names: Iterable[str] = schema.COLUMN_NAMES) -> str:
+    """The store's table of lines, holding the canonical columns ``names`` (default: every one): those it lacks are
+    added, NULL for the lines it holds, and the view ``line_items`` over it made again, in the caller's transaction
+    if any.  Returns the table's name: what writes lines (an ingest, a rule case, a test) inserts into."""
+    have = set(lines_columns(con))
+    new = [c for c in names if c not in have]
+    for name in new:
+        con.execute(f"ALTER TABLE {LINES_TABLE} ADD COLUMN {ident(name)} {schema.BY_NAME[name].type}")
+    if new:
+        for stmt in lines_view(have | set(new)):
+            con.execute(stmt)
+    return LINES_TABLE
+
+
 def compaction(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether this connection's checkpoints compact the tables it changes (DuckDB's vacuum: row groups holding
     deleted rows, and the short row groups appends leave, merged and written again), decided as it opens.
@@ -495,22 +516,13 @@ class Store:
 
     def _insert_lines(self, written: list[str], rows: str) -> str:
         """The INSERT of a file's mapped ``rows`` (a relation of every canonical column) into the store's table of
-        lines: the columns the file's mapping gives values (``written``), each added to the table first if no
-        export before gave it, and the view over the table made again (:data:`billing_audit.ddl.LINES_TABLE`)."""
-        have = set(self._lines_columns())
-        new = [c for c in written if c not in have]
-        for name in new:
-            self.con.execute(f"ALTER TABLE {LINES_TABLE} ADD COLUMN {ident(name)} {schema.BY_NAME[name].type}")
-        if new:
-            for stmt in lines_view(have | set(new)):
-                self.con.execute(stmt)
+        lines: the columns the file's mapping gives values (``written``, added to the table first: :func:`lines_table`)."""
+        table = lines_table(self.con, written)
         cols = ", ".join(ident(c) for c in written)
-        return f"INSERT INTO {LINES_TABLE} ({cols}) SELECT {cols} FROM {rows} AS ba_rows"
+        return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {rows} AS ba_rows"
 
     def _lines_columns(self) -> list[str]:
-        return [r[0] for r in self.con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
-            "AND table_name = ? ORDER BY column_index", [LINES_TABLE]).fetchall()]
+        return lines_columns(self.con)
 
     @contextlib.contextmanager
     def _staged(self, sql: str, ncols: int, display: str) -> Iterator[str]:

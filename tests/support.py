@@ -140,17 +140,11 @@ def report_body(doc: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+
 def writable_lines(con: Any) -> str:
     """The store's table of lines with every canonical column, for a test that writes lines by hand (the store
-    holds only the columns some ingested export gave, behind the view ``line_items``): the others are added and
-    the view made again.  Returns the table's name: write ``INSERT INTO <it> BY NAME SELECT ... FROM line_items``."""
-    from billing_audit import ddl, schema
+    holds only the columns some ingested export gave, behind the view ``line_items``).  Returns the table's name:
+    write ``INSERT INTO <it> BY NAME SELECT ... FROM line_items``."""
+    from billing_audit.store import lines_table
 
-    have = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = "
-                                      "current_database() AND table_name = ?", [ddl.LINES_TABLE]).fetchall()}
-    for c in schema.COLUMNS:
-        if c.name not in have:
-            con.execute(f'ALTER TABLE {ddl.LINES_TABLE} ADD COLUMN "{c.name}" {c.type}')
-    for stmt in ddl.lines_view(set(schema.COLUMN_NAMES)):
-        con.execute(stmt)
-    return ddl.LINES_TABLE
+    return lines_table(con)
