@@ -281,14 +281,14 @@ class Store:
         if kinds.get("line_items") == "VIEW" and LINES_TABLE in kinds:
             row = con.execute("SELECT comment FROM duckdb_views() WHERE database_name = current_database() "
                               "AND schema_name = 'main' AND view_name = 'line_items'").fetchone()
-            if row and row[0] == lines_view_key(set(self._lines_columns())):
+            if row and row[0] == lines_view_key(set(lines_columns(con))):
                 return
         con.execute("BEGIN TRANSACTION")
         try:
             if kinds.get("line_items") == "BASE TABLE":
                 con.execute(f"ALTER TABLE line_items RENAME TO {LINES_TABLE}")
             con.execute(LINES_TABLE_DDL)
-            for stmt in lines_view(set(self._lines_columns())):
+            for stmt in lines_view(set(lines_columns(con))):
                 con.execute(stmt)
             con.execute("COMMIT")
         except BaseException:
@@ -520,9 +520,6 @@ class Store:
         table = lines_table(self.con, written)
         cols = ", ".join(ident(c) for c in written)
         return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {rows} AS ba_rows"
-
-    def _lines_columns(self) -> list[str]:
-        return lines_columns(self.con)
 
     @contextlib.contextmanager
     def _staged(self, sql: str, ncols: int, display: str) -> Iterator[str]:
