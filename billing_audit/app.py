@@ -26,14 +26,14 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from billing_audit.errors import BillingAuditError
 from billing_audit.store import IngestReport, Progress, Store
 from billing_audit.store import open as store_open
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    import polars as pl
 
     from billing_audit.config import Config
     from billing_audit.engines import EngineOptions
@@ -95,6 +95,8 @@ def ingest(db: str | Store, paths: Sequence[str | Path], progress: Progress | No
 
 
 def _narrow(df: pl.DataFrame, period: str | None, provider: str | None) -> pl.DataFrame:
+    import polars as pl
+
     if period is not None:
         df = df.filter(pl.col("period") == period)
     if provider is not None:
@@ -144,6 +146,8 @@ def summary_report(db: str | Store, period: str | None = None, provider: str | N
     with _opened(db) as store:
         periods = _narrow(store.summary(), period, provider)
         held = _narrow(store.owners(), period, provider)
+    import polars as pl
+
     money = ["billed_cost", "effective_cost", "list_cost"]
     totals = (periods.group_by("currency").agg(pl.col("lines").sum().cast(pl.Int64), *(pl.col(c).sum() for c in money))
               .sort("currency"))
@@ -216,6 +220,8 @@ def load_rules(rule_dirs: Sequence[str | Path] = ()) -> RuleSet:
 
 def rules_frame(rule_dirs: Sequence[str | Path] = ()) -> pl.DataFrame:
     """Every loaded rule: id, name, category, severity, providers, title and source."""
+    import polars as pl
+
     ruleset = load_rules(rule_dirs)
     return pl.DataFrame(
         {

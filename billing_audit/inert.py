@@ -30,9 +30,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 if TYPE_CHECKING:
+    import polars as pl
     from rich.text import Text
 
 # Written so that Python's re and polars' (Rust) regex read it the same way.
@@ -70,6 +69,8 @@ def clean_value(value: Any) -> Any:
 
 def clean_frame(df: pl.DataFrame) -> pl.DataFrame:
     """Every text column (and list-of-text column) of ``df`` cleaned, in polars."""
+    import polars as pl  # here: the commands that print text alone (ingest) need no polars
+
 
     def fix(e: pl.Expr) -> pl.Expr:
         return e.str.replace_all(_SEQUENCES, "").str.replace_all(_CONTROLS, "")

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from billing_audit import schema
 from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINES_TABLE, LINES_TABLE_DDL, PRICE_TABLES, lines_view, lines_view_key
@@ -48,6 +47,9 @@ from billing_audit.reader import (
     readable,
 )
 from billing_audit.sql import ident, lit
+
+if TYPE_CHECKING:
+    import polars as pl
 
 DEFAULT_DB = "billing-audit.duckdb"
 
@@ -312,6 +314,8 @@ class Store:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "extra copy": results here are small
             table = self.con.execute(query, params or []).to_arrow_table()
+        import polars as pl  # here, not at the top: an ingest needs no polars (0.1 s of its start-up)
+
         out = pl.from_arrow(table)
         assert isinstance(out, pl.DataFrame)
         return out

@@ -75,7 +75,7 @@ def test_importing_the_package_imports_nothing_heavy() -> None:
 
 def test_the_package_names_still_load() -> None:
     """``from billing_audit import X`` (README "Python API") loads what it names, and only then."""
-    assert _imported("from billing_audit import Store, IngestReport, Audit, open") >= {"duckdb", "polars"}
+    assert _imported("from billing_audit import Store, IngestReport, Audit, open") >= {"duckdb"}
     import billing_audit
     from billing_audit.api import Audit
     from billing_audit.store import IngestReport, Store
@@ -178,3 +178,17 @@ def test_search_loads_neither_the_config_nor_the_rule_parser(tmp_path: Path) -> 
             "    except SystemExit as e:\n        assert not e.code, e.code\n"
             "doc = json.loads(out.getvalue())\nassert doc['totals'], doc")
     assert _imported(code) == {"duckdb", "polars", "pyarrow"}
+
+
+def test_ingest_loads_neither_polars_nor_the_rule_parser(tmp_path: Path) -> None:
+    """`ingest` writes the store with DuckDB and prints text: it imports neither polars (0.1 s) nor sqlglot, and
+    the ingest is done (its lines are in the store)."""
+    import duckdb
+
+    db = tmp_path / "i.duckdb"
+    imported = _imported(_cli("ingest", str(FIXTURES / "aws"), "--db", str(db)))
+    assert not imported & {"polars", "sqlglot", "numpy", "pandas"}, imported
+    assert "duckdb" in imported
+    with duckdb.connect(str(db), read_only=True) as con:
+        row = con.execute("SELECT count(*) FROM line_items").fetchone()
+    assert row is not None and row[0] > 0
