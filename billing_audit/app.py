@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from billing_audit.errors import BillingAuditError
+from billing_audit.reader import is_uri
 from billing_audit.store import IngestReport, Progress, Store
 from billing_audit.store import open as store_open
 
@@ -614,15 +615,20 @@ class AuditResult:
     tagged: Any = None  # the tag step's tagging.TagResult (local engine); .unchanged: nothing was redone
 
 
+def _missing(paths: Sequence[str | Path]) -> None:
+    """Refuse a local path that does not exist (a lake URI is the engine's to list)."""
+    missing = [str(p) for p in paths if not is_uri(str(p)) and not Path(p).exists()]
+    if missing:
+        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
+
+
 def audit_dry_run(paths: Sequence[str | Path], engine: str, engine_options: EngineOptions | None = None) -> str:
     """What ``audit PATHS --engine ENGINE`` would read (an engine that reads the export files itself, as
     spark --source raw): the deliveries, kept or superseded, and their sizes; nothing is written."""
     from billing_audit.engines import engine as get_engine
     from billing_audit.engines import options_from_flat
 
-    missing = [str(p) for p in paths if not Path(p).exists()]
-    if missing:
-        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
+    _missing(paths)
     if engine == "duckdb":
         raise BillingAuditError("--dry-run: only for an engine that reads the export files itself "
                                 "(--engine spark --source raw)")
@@ -652,9 +658,7 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     from billing_audit.report import build_report
 
     check_period(period)
-    missing = [str(p) for p in paths if not Path(p).exists()]
-    if missing:
-        raise BillingAuditError(f"no such file or folder: {', '.join(missing)} (nothing was audited)")
+    _missing(paths)
     cfg = load_config(config_path)
     reads_paths = False
     if engine != "duckdb":  # an engine that reads the export files itself (spark --source raw): no local ingest
@@ -665,6 +669,11 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
         opts = engine_options or options_from_flat(engine)
         if eng.reads_paths(opts):
             reads_paths, engine_options = True, eng.with_paths(opts, list(paths))
+    uris = [str(p) for p in paths if is_uri(str(p))]
+    if uris and not reads_paths:
+        raise BillingAuditError(f"{uris[0]}: a lake URI: only --engine spark --source raw reads the exports where "
+                                "they are; local ingest reads local files (copy them here first, or `billing-audit "
+                                "pull` them); nothing was audited")
     ingested = IngestReport() if reads_paths else ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait,
                                                          follow_outside=follow_outside)
     if on_ingested:

@@ -334,8 +334,26 @@ _DISPLAY: dict[str, str] = {}
 
 
 def display_name(path: Path) -> str:
-    """How a file is named in x_SourceFile and errors: its path, or ``archive!member`` for a tarball member."""
+    """How a file is named in x_SourceFile and errors: its path, ``archive!member`` for a tarball member, or the
+    URI of a file staged from a lake (:func:`show_as`)."""
     return _DISPLAY.get(str(path), str(path))
+
+
+def show_as(path: Path, display: str) -> None:
+    """Name the local copy ``path`` as ``display`` (a staged lake file by its URI) until :func:`forget_display`."""
+    _DISPLAY[str(path)] = display
+
+
+def forget_display(path: str) -> None:
+    _DISPLAY.pop(path, None)
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def is_uri(text: str) -> bool:
+    """``s3a://bucket/key``, ``abfss://...``, ``file:///path``: a location a file system names, not a local path."""
+    return bool(_URI.match(text))
 
 
 def is_tarball(path: Path) -> bool:
@@ -383,7 +401,7 @@ def unpacked_tar(path: Path) -> Iterator[Path]:
             for m in files:
                 parts = [p for p in re.split(r"[/\\]", m.name) if p not in ("", ".")]
                 target = dest.joinpath(*parts)
-                display = f"{path}!{'/'.join(parts)}"
+                display = f"{display_name(path)}!{'/'.join(parts)}"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 src = tf.extractfile(m)
                 if src is None:

@@ -98,6 +98,12 @@ def session(master: str = "local[*]") -> Any:
         raise
 
 
+def _started(master: str) -> Any:
+    spark = session(master)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def _builder(SparkSession: Any, master: str) -> Any:  # noqa: N803 - the class
     partitions, advisory = _forced_partitions() or SESSION_PARTITIONS, partition_bytes()
     builder = SparkSession.builder
@@ -271,8 +277,23 @@ class SparkOptions(EngineOptions):
                              "writes the store's)")
         return value
 
-    def raw_paths(self) -> list[Path]:
-        return [Path(p) for p in (self.spark_raw or "").split(os.pathsep) if p]
+    def raw_paths(self) -> list[str]:
+        """The folders, files and lake URIs --source raw reads (``s3a://...`` survives the path separator)."""
+        return split_sources(self.spark_raw or "")
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")
+
+
+def split_sources(text: str) -> list[str]:
+    """Paths joined by the path separator, URIs among them: ``a:s3a://b/k`` is ``a`` and ``s3a://b/k``."""
+    out: list[str] = []
+    for part in text.split(os.pathsep):
+        if out and part.startswith("//") and _SCHEME.fullmatch(out[-1]):
+            out[-1] = f"{out[-1]}:{part}"
+        else:
+            out.append(part)
+    return [p for p in out if p]
 
 
 class SparkEngine(Engine):
@@ -304,7 +325,7 @@ class SparkEngine(Engine):
         from billing_audit.config import load_config
         from connectors.spark import raw
 
-        with raw.plan(self._raw_paths(options)) as plan:
+        with raw.plan_sources(self._raw_paths(options), spark=lambda: _started(options.spark_master)) as plan:
             kept = None
             if plan.readable:
                 spark = session(options.spark_master)
@@ -317,11 +338,13 @@ class SparkEngine(Engine):
             return raw.describe(plan, kept)
 
     @staticmethod
-    def _raw_paths(options: SparkOptions) -> list[Path]:
+    def _raw_paths(options: SparkOptions) -> list[str]:
+        from billing_audit.reader import is_uri
+
         paths = options.raw_paths()
         if not paths:
             raise BillingAuditError("--source raw: name the export folder (--spark-raw FOLDER, or audit's PATHS)")
-        missing = [str(p) for p in paths if not p.exists()]
+        missing = [p for p in paths if not is_uri(p) and not Path(p).exists()]
         if missing:
             raise BillingAuditError(f"--spark-raw: no such file or folder: {', '.join(missing)} (nothing was audited)")
         return paths
@@ -329,7 +352,9 @@ class SparkEngine(Engine):
     def source(self, store: Store, options: Any) -> str:
         assert isinstance(options, SparkOptions)
         if options.spark_source == "raw":
-            return "raw:" + os.pathsep.join(str(p.resolve()) for p in options.raw_paths())
+            from billing_audit.reader import is_uri
+
+            return "raw:" + os.pathsep.join(p if is_uri(p) else str(Path(p).resolve()) for p in options.raw_paths())
         return options.spark_lines or str(store.path) + ".lines"
 
     def run(self, store: Store, rules: Sequence[Rule], cfg: Config, period: str | None, basis: str,
@@ -361,7 +386,8 @@ class SparkEngine(Engine):
         paths = self._raw_paths(options)
         source = self.source(store, options)
         rule_sql = pipeline.check_rules(rules, "spark", params)
-        with raw.plan(paths) as plan:  # its temporary copies (zip members, ...) last until the lines are read
+        # its temporary copies (zip members, a lake's staged files, ...) last until the lines are read
+        with raw.plan_sources(paths, spark=lambda: _started(options.spark_master)) as plan:
             raw.refuse_errors(plan)
             # the interruption event files beside the exports: into the store, where the report reads them (the
             # restart windows and interruption counts of the engine's aggregates), said as local ingest says them

@@ -60,7 +60,12 @@ So line ids and source rows are local ingest's.  What it refuses, each with the 
   record with another number of fields than the header, and bytes that are not UTF-8 (Spark decodes them to
   U+FFFD, so a file holding U+FFFD itself is refused as well): the run fails naming the file, row and column;
 - price files (``billing-audit prices``): load them into the store, whose references the run broadcasts;
-- ``s3a://``, ``abfss://``, ``gs://`` URIs: the deliveries are grouped by walking a local folder (not done yet).
+- on a cluster (not a local master), what the driver unpacks from a lake file (a zip or tarball member, a CSV
+  rewritten for its mixed line endings): the executors cannot read the driver's disk.
+
+Lake URIs (``s3a://``, ``abfss://``, ``gs://``, any file system Spark's Hadoop configuration reads) are staged on
+the driver by :mod:`connectors.spark.lake` and planned as a local folder (:func:`plan_sources`); the executors
+read each file from its URI.
 
 Any file refused refuses the run (nothing is audited without it): :func:`refuse_errors`.  A file of no rows is an
 error, as locally.  The run prices spot lines as a local tag run does
@@ -75,6 +80,7 @@ import copy
 import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -418,6 +424,12 @@ class RawFile:
     columns: list[str] = field(default_factory=list)  # CSV: the header as the local reader names it (duplicates #n)
     delimiter: str = ","  # CSV: as the local reader sniffs it
     schema: str = ""  # NDJSON: the Spark schema (DDL) of the local reader's types (json_schema)
+    uri: str | None = None  # a lake file: the URI the executors read (``path`` is the driver's staged copy)
+
+    @property
+    def location(self) -> str:
+        """What Spark reads: the lake URI, else the local file."""
+        return self.uri or str(self.path.resolve())
 
 
 @dataclass
@@ -426,10 +438,11 @@ class RawDelivery:
     index: int
     files: list[RawFile] = field(default_factory=list)
     error: InputError | None = None
+    bytes: int | None = None  # its files' size, taken when planned (a lake file's staged copy is gone after)
 
     @property
     def size(self) -> int:
-        return sum(f.stat().st_size for f in self.delivery.files)
+        return self.bytes if self.bytes is not None else sum(f.stat().st_size for f in self.delivery.files)
 
 
 @dataclass
@@ -461,6 +474,9 @@ class Plan:
         self.close()
 
 
+UNPACKED = ("unpacked on the driver (a zip or tar member, or a CSV rewritten for its mixed line endings), which "
+            "the executors of a cluster cannot read: unpack it in the lake, or run with a local master "
+            "(--spark-master 'local[*]')")
 JSON_ARRAY = ("a JSON array file (one document holding every record), not newline-delimited JSON: local ingest "
               "reads it, but Spark reads JSON a record a line (an array is one document, read whole by one task); "
               "ingest it with `billing-audit ingest`, or extract it as NDJSON")
@@ -524,10 +540,34 @@ def _partitions(path: Path, cols: dict[str, str], own: set[str]) -> dict[str, tu
     return {c: (values[c], t) for c, t in cols.items() if c not in own and c in values}
 
 
-def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
+def plan_sources(sources: list[str], *, spark: Callable[[], Any], follow_outside: bool = False) -> Plan:
+    """:func:`plan` over local paths and lake URIs (:mod:`connectors.spark.lake`: staged through Spark's file
+    systems, so ``spark()`` is called only when a URI is among them).  What the driver unpacks from a lake file
+    (a zip member, ...) is read from the driver's disk: only with a local master, whose executors share it."""
+    from connectors.spark import lake
+
+    uris = [s for s in sources if lake.is_uri(s)]
+    if not uris:
+        return plan([Path(s) for s in sources], follow_outside=follow_outside)
+    stack = contextlib.ExitStack()
+    try:
+        session = spark()
+        staged = lake.stage(session, uris, stack)
+        p = plan([Path(s) for s in sources if not lake.is_uri(s)] + staged.roots, follow_outside=follow_outside,
+                 staged=staged, driver_local=str(session.sparkContext.master).startswith("local"))
+    except BaseException:
+        stack.close()
+        raise
+    p.temp.push(stack.pop_all())
+    return p
+
+
+def plan(paths: list[Path], *, follow_outside: bool = False, staged: Any = None, driver_local: bool = True) -> Plan:
     """Group the files under ``paths`` into deliveries exactly as local ingest does and map each file of each
     delivery (a delivery that cannot be read whole is reported and not read, as locally).  Close the plan
-    (``with raw.plan(...) as p``) once Spark has read the lines: it holds the temporary copies."""
+    (``with raw.plan(...) as p``) once Spark has read the lines: it holds the temporary copies.  ``staged``
+    (:class:`connectors.spark.lake.Staged`): the paths hold lake files' staged copies, which Spark reads from the
+    lake (each copy deleted once its delivery is planned)."""
     from billing_audit import events, pricing
 
     stack = contextlib.ExitStack()
@@ -557,10 +597,16 @@ def plan(paths: list[Path], *, follow_outside: bool = False) -> Plan:
                 out.append(rd)
                 try:
                     for f in d.files:
-                        rd.files.extend(_map_file(con, d, f, f"ba_raw_{i}_{len(rd.files)}", stack))
+                        rd.files.extend(_map_file(con, d, f, f"ba_raw_{i}_{len(rd.files)}", stack, staged,
+                                                  driver_local))
                 except InputError as e:
                     rd.error = e
                     rd.files = []
+                if staged is not None:  # the executors read the lake: the driver's copies have served
+                    rd.bytes = sum(staged.sizes.get(str(f), 0) for f in d.files)
+                    for f in d.files:
+                        if staged.source(f) is not None:
+                            f.unlink(missing_ok=True)
         finally:
             con.close()
     except BaseException:
@@ -583,13 +629,18 @@ def load_events(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
 
 
 def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str,
-              stack: contextlib.ExitStack) -> list[RawFile]:
+              stack: contextlib.ExitStack, staged: Any = None, driver_local: bool = True) -> list[RawFile]:
     """The file's mapped parts, as local ingest reads them (:func:`billing_audit.reader.readable`: a zip's
     members, a CSV with mixed line endings from a normalised copy)."""
     from billing_audit.store import _part_fp
 
     out: list[RawFile] = []
+    lake = staged.source(f) if staged is not None else None
+    from_lake = lake is not None or reader.is_uri(reader.display_name(f))  # a lake tarball's member: unpacked here
     for local, display in stack.enter_context(reader.readable(f)):
+        uri = lake if local == f else None
+        if from_lake and uri is None and not driver_local:
+            raise InputError(display, UNPACKED)
         kind = reader.file_kind(local)
         if kind == "json" and _json_array(local):
             raise InputError(display, JSON_ARRAY)
@@ -611,16 +662,16 @@ def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str
         if kind == "json":
             out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view,
                                _partitions(local, cols, own), kind,
-                               list(cols), schema=schema))
+                               list(cols), schema=schema, uri=uri))
             continue
         if kind == "csv":
             out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view, {}, kind,
-                               list(cols), mf.delimiter))
+                               list(cols), mf.delimiter, uri=uri))
             continue
         own = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({lit(str(local))}, "
                                          "hive_partitioning = false)").fetchall()}
         out.append(RawFile(local, display, local.stat().st_size, fmt.id, sql, part_view,
-                           _partitions(local, cols, own)))
+                           _partitions(local, cols, own), uri=uri))
     return out
 
 
@@ -649,7 +700,7 @@ def _csv_frame(spark: Any, f: RawFile) -> Any:
           .options(header=True, multiLine=True, sep=f.delimiter, quote='"', escape='"', encoding="UTF-8",
                    mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, enforceSchema=True,
                    ignoreLeadingWhiteSpace=False, ignoreTrailingWhiteSpace=False)
-          .csv(str(f.path.resolve())))
+          .csv(f.location))
     if df.rdd.getNumPartitions() != 1:  # never: multiLine CSV is not splittable
         raise InputError(f.display, "Spark split the CSV file: its record numbers would not be local ingest's")
     df = df.select("*", F.monotonically_increasing_id().alias("file_row_number"))
@@ -678,7 +729,7 @@ def _json_frame(spark: Any, f: RawFile) -> Any:
 
     df = (spark.read.schema(f"{f.schema}, `{CORRUPT}` STRING")
           .options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, encoding="UTF-8")
-          .json(str(f.path.resolve())))
+          .json(f.location))
     df = df.select("*", F.col("_metadata.file_block_start").alias("_ba_block"),
                    F.monotonically_increasing_id().alias("_ba_seq"))
     df = df.select("*", (F.row_number().over(Window.orderBy("_ba_block", "_ba_seq")) - 1).alias("file_row_number"))
@@ -706,7 +757,7 @@ def _file_frame(spark: Any, f: RawFile) -> Any:
         return _csv_frame(spark, f)
     if f.kind == "json":
         return _json_frame(spark, f)
-    df = _with_partitions(spark.read.parquet(str(f.path.resolve())), f)
+    df = _with_partitions(spark.read.parquet(f.location), f)
     return df.select("*", F.col("_metadata.row_index").alias("file_row_number"))
 
 

@@ -10,6 +10,8 @@ The driver must see the store's folder: deploy mode ``client`` (the default).
     python -m connectors.spark.submit --master 'local[2]' --db audit.duckdb exports/   # without spark-submit
     python -m connectors.spark.submit --dry-run exports/      # the deliveries, kept/superseded, sizes
     spark-submit connectors/spark/submit.py --db audit.duckdb --spark-write-lines s3a://lake/lines/ exports/
+    spark-submit --packages org.apache.hadoop:hadoop-aws:3.4.1 connectors/spark/submit.py --db audit.duckdb \
+        s3a://billing/cur/gpu-estate/      # the exports where they land (connectors.spark.lake)
 
 With the package installed on the cluster's Python (or shipped: ``--py-files billing_audit.zip``, a zip of
 ``billing_audit`` and ``connectors`` built from a checkout, plus the wheel's dependencies installed on the
@@ -23,14 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from billing_audit.errors import BillingAuditError
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="connectors.spark.submit", description=__doc__.split("\n\n")[0])
-    p.add_argument("paths", nargs="+", help="export folders or files (parquet)")
+    p.add_argument("paths", nargs="+", help="export folders or files, local or lake URIs (s3a://, abfss://, gs://)")
     p.add_argument("--db", default="billing-audit.duckdb", help="the store the aggregates land in")
     p.add_argument("--config", default=None, help="billing-audit.toml")
     p.add_argument("--period", default=None, help="YYYY-MM (default: every period)")
@@ -59,9 +60,8 @@ def _main(args: argparse.Namespace) -> int:
     from billing_audit.store import checkpoint_params
     from connectors.spark.engine import SparkOptions
 
-    paths = [Path(p) for p in args.paths]
     opts = SparkOptions(spark_master=args.master or ("" if "SPARK_ENV_LOADED" in os.environ else "local[*]"),
-                        spark_lines=None, spark_source="raw", spark_raw=os.pathsep.join(str(p) for p in paths),
+                        spark_lines=None, spark_source="raw", spark_raw=os.pathsep.join(args.paths),
                         spark_write_lines=args.spark_write_lines)
     if args.dry_run:
         print(engine("spark").dry_run(opts))
