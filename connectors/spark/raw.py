@@ -84,7 +84,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 from sqlglot import exp
@@ -95,6 +95,9 @@ from billing_audit import reader
 from billing_audit.engines.portable import NotPortable, parse, to_engine
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.sql import lit
+
+if TYPE_CHECKING:
+    from connectors.spark.lake import Staged
 
 VIEW = "ba_raw_file"  # the Spark view a file's mapping reads in place of DuckDB's read_parquet(...)
 
@@ -562,7 +565,8 @@ def plan_sources(sources: list[str], *, spark: Callable[[], Any], follow_outside
     return p
 
 
-def plan(paths: list[Path], *, follow_outside: bool = False, staged: Any = None, driver_local: bool = True) -> Plan:
+def plan(paths: list[Path], *, follow_outside: bool = False, staged: Staged | None = None,
+         driver_local: bool = True) -> Plan:
     """Group the files under ``paths`` into deliveries exactly as local ingest does and map each file of each
     delivery (a delivery that cannot be read whole is reported and not read, as locally).  Close the plan
     (``with raw.plan(...) as p``) once Spark has read the lines: it holds the temporary copies.  ``staged``
@@ -603,7 +607,7 @@ def plan(paths: list[Path], *, follow_outside: bool = False, staged: Any = None,
                     rd.error = e
                     rd.files = []
                 if staged is not None:  # the executors read the lake: the driver's copies have served
-                    rd.bytes = sum(staged.sizes.get(str(f), 0) for f in d.files)
+                    rd.bytes = sum(staged.sizes[str(f)] if str(f) in staged.sizes else f.stat().st_size for f in d.files)
                     for f in d.files:
                         if staged.source(f) is not None:
                             f.unlink(missing_ok=True)
@@ -629,7 +633,7 @@ def load_events(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
 
 
 def _map_file(con: duckdb.DuckDBPyConnection, d: dl.Delivery, f: Path, view: str,
-              stack: contextlib.ExitStack, staged: Any = None, driver_local: bool = True) -> list[RawFile]:
+              stack: contextlib.ExitStack, staged: Staged | None = None, driver_local: bool = True) -> list[RawFile]:
     """The file's mapped parts, as local ingest reads them (:func:`billing_audit.reader.readable`: a zip's
     members, a CSV with mixed line endings from a normalised copy)."""
     from billing_audit.store import _part_fp

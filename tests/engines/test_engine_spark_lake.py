@@ -85,6 +85,8 @@ def test_the_dry_run_names_the_lake_files_and_file_uris_are_their_paths(tmp_path
     assert f"{MOUNT}/aws/cur-legacy-csv/cur/gpu-cur-csv/20261001-20261101/b2e1d6c3-0000-4000-8000-000000000002/" \
            "gpu-cur-csv-2.zip!gpu-cur-csv-2.csv  aws-cur  3.3 KB" in mounted
     assert mounted.rstrip().endswith("4 of 4 deliveries readable, 65.2 KB to read")
+    csv = str(FIXTURES / "aws/cur-legacy-csv")  # a local folder beside a lake URI: each read where it is
+    assert dry([str(FIXTURES / folders[0]), _uri(folders[1])]) == local.replace(csv, _uri(folders[1]))
     assert not (tmp_path / "billing-audit.duckdb").exists()
 
 
