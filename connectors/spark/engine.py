@@ -282,14 +282,13 @@ class SparkOptions(EngineOptions):
         return split_sources(self.spark_raw or "")
 
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")
-
-
 def split_sources(text: str) -> list[str]:
     """Paths joined by the path separator, URIs among them: ``a:s3a://b/k`` is ``a`` and ``s3a://b/k``."""
+    from billing_audit.reader import is_uri
+
     out: list[str] = []
     for part in text.split(os.pathsep):
-        if out and part.startswith("//") and _SCHEME.fullmatch(out[-1]):
+        if out and "/" not in out[-1] and is_uri(f"{out[-1]}:{part}"):
             out[-1] = f"{out[-1]}:{part}"
         else:
             out.append(part)
@@ -328,8 +327,7 @@ class SparkEngine(Engine):
         with raw.plan_sources(self._raw_paths(options), spark=lambda: _started(options.spark_master)) as plan:
             kept = None
             if plan.readable:
-                spark = session(options.spark_master)
-                spark.sparkContext.setLogLevel("ERROR")
+                spark = _started(options.spark_master)
                 try:
                     policy = load_config(None).overlap_policy()  # ./billing-audit.toml's [exports], as ingest's
                     kept = raw.keep_newest(spark, plan, raw.mapped_lines(spark, plan), policy)
@@ -393,8 +391,7 @@ class SparkEngine(Engine):
             # restart windows and interruption counts of the engine's aggregates), said as local ingest says them
             for told in raw.load_events(store.con, plan):
                 print(f"note: {told}", file=sys.stderr)
-            spark = session(options.spark_master)
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = _started(options.spark_master)
             held = persisted(spark)  # the files' mappings and the kept lines, checkpointed: released after
             try:
                 target = raw.lines_target(spark, options.spark_write_lines) if options.spark_write_lines else None

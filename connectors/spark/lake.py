@@ -6,7 +6,7 @@ folder layouts, event and price files recognised from their content), to fingerp
 line id) and to take their columns and types.  :func:`stage` copies every file the local walk would consider
 (data files, manifests, tarballs, ``.gz`` event files) through ``FileSystem.copyToLocalFile`` into a temporary
 folder that mirrors the URI's path (``s3a://bucket/cur/x/BILLING_PERIOD=2026-10/f.parquet`` ->
-``TMP/0/bucket/cur/x/BILLING_PERIOD=2026-10/f.parquet``: hive partitions and folder stamps read as locally), each
+``TMP/0/cur/x/BILLING_PERIOD=2026-10/f.parquet``: hive partitions and folder stamps read as locally), each
 with the object's modification time (the last tie-break between deliveries, as locally) and shown by its URI in
 ``x_SourceFile``, errors and the dry run.  The planning then runs over the copies exactly as over a local folder
 (:func:`connectors.spark.raw.plan`), and the executors read each file from the lake, not from the copy, which the
@@ -44,20 +44,16 @@ CONNECTORS = {
 }
 
 
-def is_uri(text: str | Path) -> bool:
-    return reader.is_uri(str(text))
-
-
 def scheme(uri: str) -> str:
     return uri.split(":", 1)[0].lower()
 
 
-def wanted(name: str) -> bool:
+def wanted(name: str, manifests: list[fm.ManifestReader]) -> bool:
     """A file the local walk would consider (:func:`billing_audit.deliveries.walk`): data files, manifests,
     tarballs, ``.gz`` files (interruption events are recognised from their content)."""
     p = Path(name)
     return (reader.is_data_file(p) or reader.is_tarball(p) or name.lower().endswith(".gz")
-            or any(r.matches(p) for r in fm.manifest_readers()))
+            or any(r.matches(p) for r in manifests))
 
 
 @dataclass
@@ -109,15 +105,15 @@ def stage(spark: Any, uris: list[str], stack: ExitStack) -> Staged:
     jvm = spark._jvm  # noqa: SLF001 - the Hadoop file system API is the JVM's
     conf = spark._jsc.hadoopConfiguration()  # noqa: SLF001
     tmp = Path(tempfile.mkdtemp(prefix="ba-lake-"))
-    shown: list[str] = []
+    out = Staged()
+    manifests = fm.manifest_readers()
 
     def cleanup() -> None:
-        for k in shown:
+        for k in out.reads:
             reader.forget_display(k)
         shutil.rmtree(tmp, ignore_errors=True)
 
     stack.callback(cleanup)
-    out = Staged()
     for i, uri in enumerate(uris):
         try:
             base = jvm.org.apache.hadoop.fs.Path(uri)
@@ -140,7 +136,7 @@ def stage(spark: Any, uris: list[str], stack: ExitStack) -> Staged:
         for st in files:
             src = st.getPath()
             name = str(src.getName())
-            if not wanted(name):
+            if not wanted(name, manifests):
                 continue
             path = str(src.toUri().getPath())
             dst = _mirror(root, path)
@@ -156,7 +152,6 @@ def stage(spark: Any, uris: list[str], stack: ExitStack) -> Staged:
             os.utime(dst, (t, t))
             display = path if scheme(location) == "file" else location
             reader.show_as(dst, display)
-            shown.append(str(dst))
             out.reads[str(dst)] = location
             out.sizes[str(dst)] = int(st.getLen())
     return out

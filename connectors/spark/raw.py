@@ -549,14 +549,14 @@ def plan_sources(sources: list[str], *, spark: Callable[[], Any], follow_outside
     (a zip member, ...) is read from the driver's disk: only with a local master, whose executors share it."""
     from connectors.spark import lake
 
-    uris = [s for s in sources if lake.is_uri(s)]
+    uris = [s for s in sources if reader.is_uri(s)]
     if not uris:
         return plan([Path(s) for s in sources], follow_outside=follow_outside)
     stack = contextlib.ExitStack()
     try:
         session = spark()
         staged = lake.stage(session, uris, stack)
-        p = plan([Path(s) for s in sources if not lake.is_uri(s)] + staged.roots, follow_outside=follow_outside,
+        p = plan([Path(s) for s in sources if not reader.is_uri(s)] + staged.roots, follow_outside=follow_outside,
                  staged=staged, driver_local=str(session.sparkContext.master).startswith("local"))
     except BaseException:
         stack.close()
