@@ -492,6 +492,10 @@ def _sniff_text(path: Path, display: str) -> None:
 
 MAX_LINE = 64 << 20  # the longest CSV record read
 BUFFER = 128 << 20  # DuckDB's CSV buffer: twice the longest record
+# The tag memo (MappedFile.tag_memo): a temp table of the file's distinct tag inputs with their maps, read by a join
+TAG_MEMO = "ba_tag_memo"
+TAG_MEMO_MAX_INPUTS = 256  # more tag columns: the map is built per line (the wide path, WIDE_TAG_COLUMNS in aws/cur)
+TAG_MEMO_MIN = 10_000  # a memo this small is always kept, however few lines share each input
 WIDE_COLUMNS = 1000  # a file with more columns is wide (thousands of tag columns): read on one thread, and ...
 # ... in small buffers, which also end DuckDB's chunks early: a chunk holds the rows of a buffer, so its vectors
 # (one per column) hold fewer rows the wider the file.  4 MB holds ~300 rows of 10,000 columns (~13 KB a row), so
@@ -685,6 +689,7 @@ class MappedFile:
     decimal_comma: bool = False  # CSV: numbers written 1,5 / 1.234,56 (sniffed from the first MB)
     day_first: bool = False  # slash dates read D/M (decided from whole columns by mapped_sql)
     written: list[str] = field(default_factory=list)  # the columns mapped_sql gives values (not NULL for every line)
+    memo: tuple[str, str] | None = None  # mapped_sql(memo=True): (the tag memo's CREATE, the mapping that reads it)
 
     def __post_init__(self) -> None:
         if self.kind != "csv":
@@ -872,17 +877,76 @@ class MappedFile:
         parts.append(f"{row} AS _row")
         return f"SELECT {', '.join(parts)} FROM {self.reader()} AS raw"
 
-    def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int) -> str:
+    def mapped_sql(self, con: duckdb.DuckDBPyConnection, *, fp: str, ingest_id: int, memo: bool = False) -> str:
         """SELECT producing every canonical column in schema order.  ``self.written`` names those the format
         provides and those every line has (the rest are NULL for every line: the store's table need not hold
-        them, :data:`billing_audit.ddl.LINES_TABLE`)."""
+        them, :data:`billing_audit.ddl.LINES_TABLE`).  ``memo``: also plan the tag memo (``self.memo``; see
+        :meth:`tag_memo`), for a caller that runs the mapping on ``con`` itself (not for Spark)."""
         body = self.fmt.render(self.lower_cols())
         self.decide_day_first(con)
         src = self.src_sql()
         try:
-            provided = {r[0] for r in con.execute(f"DESCRIBE WITH src AS ({src}) {body}").fetchall()}
+            described = con.execute(f"DESCRIBE WITH src AS ({src}) {body}").fetchall()
         except duckdb.Error as e:
             raise InputError(self.display, f"cannot map as {self.fmt.id}: {explain_duckdb_error(e)}") from None
+        provided = {r[0] for r in described}
+        self.memo = None
+        if memo:
+            planned = self._plan_memo(con, src, body, [(r[0], r[1]) for r in described])
+            if planned is not None:
+                create, src_m, body_m = planned
+                self.memo = (create, self._wrap(f"WITH src AS ({src_m})\n", body_m, provided, fp, ingest_id))
+        return self._wrap(f"WITH src AS ({src})\n", body, provided, fp, ingest_id)
+
+    def _plan_memo(self, con: duckdb.DuckDBPyConnection, src: str, body: str,
+                   described: list[tuple[str, str]]) -> tuple[str, str, str] | None:
+        """(CREATE of the tag memo, ``src`` joined to it, ``body`` reading the memo's map) when the format says its
+        Tags expression and the few ``src`` columns it reads (:meth:`billing_audit.formats.ExportFormat.tag_inputs`)
+        and the rewritten mapping binds to exactly the same columns and types (checked on a side connection, so a
+        surprise cannot abort the caller's transaction); else None, and every line builds its own map."""
+        got = self.fmt.tag_inputs(self.lower_cols())
+        if got is None:
+            return None
+        expr, inputs = got
+        if not inputs or len(inputs) > TAG_MEMO_MAX_INPUTS or body.count(expr) != 1:
+            return None
+        cols = ", ".join(ident(c) for c in inputs)
+        on = " AND ".join(f"src.{ident(c)} IS NOT DISTINCT FROM ba_tm.{ident(c)}" for c in inputs)
+        body_m = body.replace(expr, "ba_tm_tags")
+
+        def joined(memo: str) -> str:
+            return f"SELECT src.*, ba_tm.ba_tm_tags FROM ({src}) AS src LEFT JOIN {memo} AS ba_tm ON {on}"
+
+        shape = f"(SELECT {cols}, {expr} AS ba_tm_tags FROM ({src}) AS src WHERE false)"
+        try:
+            with side_connection(con) as side:
+                same = side.execute(f"DESCRIBE WITH src AS ({joined(shape)}) {body_m}").fetchall()
+        except duckdb.Error:
+            return None
+        if [(r[0], r[1]) for r in same] != described:
+            return None
+        create = (f"CREATE OR REPLACE TEMP TABLE {TAG_MEMO} AS SELECT *, {expr} AS ba_tm_tags FROM "
+                  f"(SELECT {cols}, count(*) AS ba_tm_lines FROM ({src}) AS src GROUP BY ALL) AS src")
+        return create, joined(TAG_MEMO), body_m
+
+    def tag_memo(self, con: duckdb.DuckDBPyConnection) -> str | None:
+        """Build the tag memo that :meth:`mapped_sql` planned (``memo=True``) on ``con`` and return the mapping
+        that reads it; None when none was planned, or when the file has about as many distinct tag inputs as lines
+        (the memo would only add its join).  Raises the ``duckdb.Error`` the mapping itself would raise for the
+        same values (the memo evaluates the same expression on the file's own distinct inputs)."""
+        if self.memo is None:
+            return None
+        create, sql = self.memo
+        con.execute(create)
+        row = con.execute(f"SELECT count(*), coalesce(sum(ba_tm_lines), 0) FROM {TAG_MEMO}").fetchone()
+        distinct, lines = (int(row[0]), int(row[1])) if row else (0, 0)
+        if distinct > TAG_MEMO_MIN and distinct * 2 > lines:
+            con.execute(f"DROP TABLE {TAG_MEMO}")
+            return None
+        return sql
+
+    def _wrap(self, with_src: str, body: str, provided: set[str], fp: str, ingest_id: int) -> str:
+        """The mapping's outer SELECT (every canonical column) over ``body``, after ``with_src``."""
         unknown = provided - set(schema.COLUMN_NAMES) - {"_row"}
         if unknown:  # a format bug, not a user error
             raise RuntimeError(f"{self.fmt.id} maps to non-canonical columns {sorted(unknown)}")
@@ -922,7 +986,7 @@ class MappedFile:
             else:
                 expr = f"NULL::{c.type}"
             out.append(f"{expr} AS {ident(c.name)}")
-        return f"WITH src AS ({src})\nSELECT {', '.join(out)} FROM ({body}) AS m"
+        return f"{with_src}SELECT {', '.join(out)} FROM ({body}) AS m"
 
 
 def diagnose(con: duckdb.DuckDBPyConnection, mf: MappedFile, original: Exception) -> InputError:

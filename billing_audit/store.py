@@ -35,6 +35,7 @@ from billing_audit.ddl import BOOKKEEPING, EVENT_TABLES, LINES_TABLE, LINES_TABL
 from billing_audit.deliveries import Delivery, OverlapPolicy, group, order_key
 from billing_audit.errors import BillingAuditError, InputError
 from billing_audit.reader import (
+    TAG_MEMO,
     WIDE_COLUMNS,
     MappedFile,
     detect,
@@ -473,13 +474,16 @@ class Store:
                             d.export = fmt.export_of(f) or d.key
                         mf = MappedFile(local, display, kind, fmt, cols)
                         fp = _part_fp(fps[f], display, display == display_name(f))
-                        sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id)
+                        wide = len(cols) > WIDE_COLUMNS
+                        sql = mf.mapped_sql(con, fp=fp, ingest_id=ingest_id, memo=not wide)
                         try:
-                            if len(cols) > WIDE_COLUMNS:
+                            if wide:
                                 with self._staged(sql, len(cols), display) as staged:
                                     n = con.execute(self._insert_lines(mf.written, staged)).fetchone()
-                            else:
+                            else:  # each distinct tag input's map built once (reader.MappedFile.tag_memo)
+                                sql = mf.tag_memo(con) or sql
                                 n = con.execute(self._insert_lines(mf.written, f"({sql})")).fetchone()
+                                con.execute(f"DROP TABLE IF EXISTS {TAG_MEMO}")
                         except duckdb.Error as e:
                             con.execute("ROLLBACK")
                             con.execute("BEGIN TRANSACTION")  # keep the outer handler's rollback valid

@@ -222,16 +222,23 @@ class CurLegacy(ExportFormat):
     def dynamic_columns(self, cols: dict[str, str]) -> dict[str, str]:
         return {c: TEXT for c in cols if c.startswith("resource_tags_")}
 
-    def render(self, cols: dict[str, str]) -> str:
+    @staticmethod
+    def _tags(cols: dict[str, str]) -> tuple[str, list[str]]:
+        """(the Tags expression, the tag columns it reads)."""
         tag_cols = sorted(c for c in cols if c.startswith("resource_tags_"))
-        if tag_cols:
-            unique = len({_key(c) for c in tag_cols}) == len(tag_cols)  # then no merging is needed
-            if unique and len(tag_cols) <= WIDE_TAG_COLUMNS:
-                tags = _unique_tags(tag_cols)
-            else:
-                tags = f"{'ba_tags_unique' if unique else 'ba_tags'}({_tag_entries(tag_cols)})"
-        else:
-            tags = "MAP {}::MAP(VARCHAR, VARCHAR)"
+        if not tag_cols:
+            return "MAP {}::MAP(VARCHAR, VARCHAR)", []
+        unique = len({_key(c) for c in tag_cols}) == len(tag_cols)  # then no merging is needed
+        if unique and len(tag_cols) <= WIDE_TAG_COLUMNS:
+            return _unique_tags(tag_cols), tag_cols
+        return f"{'ba_tags_unique' if unique else 'ba_tags'}({_tag_entries(tag_cols)})", tag_cols
+
+    def tag_inputs(self, cols: dict[str, str]) -> tuple[str, list[str]] | None:
+        tags, tag_cols = self._tags(cols)
+        return (tags, tag_cols) if tag_cols else None
+
+    def render(self, cols: dict[str, str]) -> str:
+        tags, _ = self._tags(cols)
         return CUR_SELECT.format(
             product_name="product_product_name",
             region_id="product_region",

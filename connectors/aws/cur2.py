@@ -239,6 +239,10 @@ class Cur2(ExportFormat):
             and has_any(cols, "line_item_unblended_cost", "line_item_line_item_type", "identity_line_item_id")
         )
 
+    def tag_inputs(self, cols: dict[str, str]) -> tuple[str, list[str]] | None:
+        col = next((c for c in ("resource_tags", "tags") if c in cols), None)
+        return (_tags(cols), [col]) if col else None
+
     def render(self, cols: dict[str, str]) -> str:
         def product(key: str) -> str:
             return _field(cols, "product", key)

@@ -202,6 +202,8 @@ CURRENCY_COLUMNS = (("billingcurrencycode", "BillingCurrencyCode"), ("billingcur
                     ("currency", "Currency"))
 _CURRENCY = "coalesce(" + ", ".join(f"nullif(trim({c}), '')" for c, _ in CURRENCY_COLUMNS) + ")"
 
+_TAGS = "ba_tags(ba_json_tags(tags))"  # the Tags expression SELECT writes (AzureCostDetails.tag_inputs)
+
 SELECT = """
 SELECT
   _row,
@@ -380,6 +382,9 @@ class AzureCostDetails(ExportFormat):
             and has_any(cols, "costinbillingcurrency", "cost", "pretaxcost")
             and has_any(cols, "subscriptionid", "subscriptionguid", "metername", "chargetype")
         )
+
+    def tag_inputs(self, cols: dict[str, str]) -> tuple[str, list[str]] | None:
+        return (_TAGS, ["tags"]) if "tags" in cols else None
 
     def render(self, cols: dict[str, str]) -> str:
         list_cost, list_source, unit_price = list_cost_sql(cols, self.price_sources)

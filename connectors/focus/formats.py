@@ -339,6 +339,9 @@ class _Focus(ExportFormat):
             cols, "effectivecost", "chargecategory", "providername", "serviceprovidername"
         )
 
+    def tag_inputs(self, cols: dict[str, str]) -> tuple[str, list[str]] | None:
+        return (_tags(cols, self.tag_key)[0], ["Tags"]) if "tags" in cols else None
+
     def render(self, cols: dict[str, str]) -> str:
         tags, tags_raw = _tags(cols, self.tag_key)
         pricing_category = PRICING_CATEGORY.format(spot=self.spot)
