@@ -541,12 +541,16 @@ def _times(price: str, qty: str) -> str:
             f"ELSE CAST({wide} AS DECIMAL(38,12)) END")
 
 
+# what ref_pick_sql takes of the reference it picks for a line
+_REF_PICKED = "unit_price, kind, source, source_row, fetched_at, description, effective_from, effective_to"
+
+
 def ref_pick_sql(spot: str = "ba_spot", keys: str | None = "ba_keys", refs: str = "price_references") -> str:
     """Per spot line without the export's price (relation ``spot``, :func:`spot_sql`), the reference of its key
     (``keys``; None: ``spot`` holds the keys, :func:`spot_keyed_sql`) that prices it: region (or none), unit,
     currency and effective period holding the line's charge period start; negotiated before retail, then the
     newest list, the line's own region, the latest period."""
-    cols = "unit_price, kind, source, source_row, fetched_at, description, effective_from, effective_to"
+    cols = _REF_PICKED
     src = f"{spot} s" if keys is None else f"{spot} s JOIN {keys} k ON k.x_LineItemId = s.x_LineItemId"
     k = "s" if keys is None else "k"
     return f"""
@@ -611,6 +615,7 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         if bill is None:
             raise ValueError("classify: spot_lines needs bill")
         _price_spot(con, spot_lines, None, bill, run_id)
+        con.execute(f"DROP TABLE IF EXISTS {spot_lines}")
         return
     made_keys = keys is None
     # the spot lines left out of the bill's prices: those of ba_spot, when it holds every spot line the keys
@@ -647,17 +652,18 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {slices}")
         bill = "ba_bill_slices"
     _price_spot(con, "ba_spot", keys, bill, run_id)
+    con.execute("DROP TABLE IF EXISTS ba_spot")
 
 
 def _price_spot(con: duckdb.DuckDBPyConnection, spot: str, keys: str | None, bill: str, run_id: int | None,
                 refs: bool = True) -> None:
-    """:func:`classify`'s equivalents of the spot lines of the temp table ``spot`` (:func:`spot_sql`'s columns,
-    with ``keys``; None: :func:`spot_keyed_sql`'s) at the bill's prices per slice ``bill``; drops ``spot`` (a
-    table; a subquery is read once).  ``refs``: False when ``price_references`` holds no row (no line has one)."""
+    """:func:`classify`'s equivalents of the spot lines of the relation ``spot`` (:func:`spot_sql`'s columns,
+    with ``keys``; None: :func:`spot_keyed_sql`'s; a temp table, or a subquery read once) at the bill's prices per
+    slice ``bill``.  ``refs``: False when ``price_references`` holds no row (no line has one: nothing is picked,
+    and the spot lines are not read for it)."""
     bill_table(con, bill, "ba_bill")
-    pick = ref_pick_sql(spot, keys) if refs else f"SELECT * FROM ({ref_pick_sql('ba_spot_shape', keys)}) WHERE FALSE"
-    if not refs:  # the references' pick, typed, without reading the spot lines
-        con.execute(f"CREATE OR REPLACE TEMP VIEW ba_spot_shape AS SELECT * FROM {spot} WHERE FALSE")
+    pick = (ref_pick_sql(spot, keys) if refs
+            else f"SELECT NULL::VARCHAR AS x_LineItemId, {_REF_PICKED} FROM price_references WHERE FALSE")
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_ref AS {pick}")
     rows = f"""
         SELECT x_LineItemId, x_Provider, od_cost, od_source,
@@ -685,9 +691,7 @@ def _price_spot(con: duckdb.DuckDBPyConnection, spot: str, keys: str | None, bil
         FROM ({priced_sql(spot, keys, 'ba_ref', 'ba_bill')}) p"""
     con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot_od AS {rows}" if run_id is None
                 else f"INSERT INTO spot_od SELECT *, {int(run_id)} FROM ({rows})")
-    if not refs:
-        con.execute("DROP VIEW ba_spot_shape")
-    for t in ([spot] if not spot.startswith("(") else []) + ["ba_keys", "ba_bill", "ba_ref"]:
+    for t in ("ba_keys", "ba_bill", "ba_ref"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 

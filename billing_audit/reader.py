@@ -496,6 +496,9 @@ BUFFER = 128 << 20  # DuckDB's CSV buffer: twice the longest record
 TAG_MEMO = "ba_tag_memo"
 TAG_MEMO_MAX_INPUTS = 256  # more tag columns: the map is built per line (the wide path, WIDE_TAG_COLUMNS in aws/cur)
 TAG_MEMO_MIN = 10_000  # a memo this small is always kept, however few lines share each input
+# Whether the memo's rewritten mapping binds as the mapping does, by what decides it (the format, its tag
+# expression, the file's kind and typed columns, how its text is read): a delivery's parts share it, checked once.
+_MEMO_BINDS: dict[tuple[object, ...], bool] = {}
 WIDE_COLUMNS = 1000  # a file with more columns is wide (thousands of tag columns): read on one thread, and ...
 # ... in small buffers, which also end DuckDB's chunks early: a chunk holds the rows of a buffer, so its vectors
 # (one per column) hold fewer rows the wider the file.  4 MB holds ~300 rows of 10,000 columns (~13 KB a row), so
@@ -917,13 +920,17 @@ class MappedFile:
         def joined(memo: str) -> str:
             return f"SELECT src.*, ba_tm.ba_tm_tags FROM ({src}) AS src LEFT JOIN {memo} AS ba_tm ON {on}"
 
-        shape = f"(SELECT {cols}, {expr} AS ba_tm_tags FROM ({src}) AS src WHERE false)"
-        try:
-            with side_connection(con) as side:
-                same = side.execute(f"DESCRIBE WITH src AS ({joined(shape)}) {body_m}").fetchall()
-        except duckdb.Error:
-            return None
-        if [(r[0], r[1]) for r in same] != described:
+        key = (self.fmt.id, expr, self.kind, tuple(self.cols.items()), self.day_first, self.decimal_comma,
+               self.delimiter)
+        if key not in _MEMO_BINDS:
+            shape = f"(SELECT {cols}, {expr} AS ba_tm_tags FROM ({src}) AS src WHERE false)"
+            try:
+                with side_connection(con) as side:
+                    same = side.execute(f"DESCRIBE WITH src AS ({joined(shape)}) {body_m}").fetchall()
+                _MEMO_BINDS[key] = [(r[0], r[1]) for r in same] == described
+            except duckdb.Error:
+                _MEMO_BINDS[key] = False
+        if not _MEMO_BINDS[key]:
             return None
         create = (f"CREATE OR REPLACE TEMP TABLE {TAG_MEMO} AS SELECT *, {expr} AS ba_tm_tags FROM "
                   f"(SELECT {cols}, count(*) AS ba_tm_lines FROM ({src}) AS src GROUP BY ALL) AS src")

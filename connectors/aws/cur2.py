@@ -172,9 +172,14 @@ def _field(cols: dict[str, str], column: str, key: str) -> str:
     return "NULL::VARCHAR"
 
 
+def _tag_column(cols: dict[str, str]) -> str | None:
+    """The file's column of tags: ``resource_tags`` (or ``tags``)."""
+    return next((c for c in ("resource_tags", "tags") if c in cols), None)
+
+
 def _tags(cols: dict[str, str]) -> str:
     """Tag map from ``resource_tags`` (or ``tags``): ``user_`` prefix dropped, ``aws_`` kept, keys merged by case."""
-    col = next((c for c in ("resource_tags", "tags") if c in cols), None)
+    col = _tag_column(cols)
     if col is None:
         return _EMPTY_TAGS
     typ = cols[col]
@@ -190,7 +195,7 @@ def _tags(cols: dict[str, str]) -> str:
 
 
 def _tags_raw(cols: dict[str, str]) -> str:
-    col = next((c for c in ("resource_tags", "tags") if c in cols), None)
+    col = _tag_column(cols)
     if col is None or cols[col].startswith("MAP"):
         return "NULL::VARCHAR"
     return f"CASE WHEN ba_tags_malformed(CAST({col} AS VARCHAR)) THEN CAST({col} AS VARCHAR) END"
@@ -240,7 +245,7 @@ class Cur2(ExportFormat):
         )
 
     def tag_inputs(self, cols: dict[str, str]) -> tuple[str, list[str]] | None:
-        col = next((c for c in ("resource_tags", "tags") if c in cols), None)
+        col = _tag_column(cols)
         return (_tags(cols), [col]) if col else None
 
     def render(self, cols: dict[str, str]) -> str:
