@@ -157,23 +157,29 @@ ROW_KEY = "job, team, provider, currency"
 PREV_EVENTS = "ba_prev_ev"  # the previous billing period's interruptions (job row, ts, te), see _carry
 
 
+def _window_periods(cfg: Config, job: str, length: str) -> str:
+    """N, the charge periods after an interruption's that its restart window holds, for a checkpoint line of job
+    ``job`` and charge period length ``length`` (microseconds): the job's own, else by the line's granularity."""
+    e = cfg.estimates
+    overrides = cfg.window_overrides()
+    default = (f"CASE WHEN {length} <= 3600000000 THEN {int(e.restart_window_hourly_periods)} "
+               f"ELSE {int(e.restart_window_daily_periods)} END")
+    return (f"CASE {job} " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
+            + f" ELSE {default} END") if overrides else default
+
+
 def window_conditions(cfg: Config) -> tuple[str, str]:
     """The restart-window test of a checkpoint group ``ck`` (charge period [s, e), length L): linked by an
     interruption ``ev`` of the same job row whose charge period [ts, te) overlaps [s - N x L, e), and by one of
     the previous billing period's (``pv``, PREV_EVENTS: same job, provider and currency; the team too for the
-    unattributed row).  One definition, used by :func:`window_ctes` and by ``explain``."""
-    e = cfg.estimates
-    overrides = cfg.window_overrides()
-    default = (f"CASE WHEN ck.e - ck.s <= INTERVAL 1 HOUR THEN {int(e.restart_window_hourly_periods)} "
-               f"ELSE {int(e.restart_window_daily_periods)} END")
-    n_periods = ("CASE ck.job " + " ".join(f"WHEN {lit(j)} THEN {int(n)}" for j, n in overrides.items())
-                 + f" ELSE {default} END") if overrides else default
+    unattributed row).  In whole microseconds (``ck`` of :func:`_link_ctes` carries ``e_us``, ``l`` = L and
+    ``lo`` = s - N x L; interval arithmetic per pair cost twice as much).  One definition, used by
+    :func:`window_ctes` and by ``explain``."""
     same = " AND ".join(f"ev.{c} = ck.{c}" for c in ("job", "team", "provider", "currency"))
-    this = (f"{same} AND ck.s < ev.te + (ck.e - ck.s) * ({n_periods}) "
-            "AND ck.e > coalesce(ev.ts, ev.te - (ck.e - ck.s))")
+    this = f"{same} AND ck.lo < epoch_us(ev.te) AND ck.e_us > coalesce(epoch_us(ev.ts), epoch_us(ev.te) - ck.l)"
     prev = (f"pv.job = ck.job AND pv.provider = ck.provider AND pv.currency = ck.currency "
             f"AND (pv.team = ck.team OR ck.job <> '{UNATTRIBUTED}') "
-            f"AND ck.s < pv.te + (ck.e - ck.s) * ({n_periods}) AND ck.e > coalesce(pv.ts, pv.te - (ck.e - ck.s))")
+            "AND ck.lo < epoch_us(pv.te) AND ck.e_us > coalesce(epoch_us(pv.ts), epoch_us(pv.te) - ck.l)")
     return this, prev
 
 
@@ -197,16 +203,21 @@ EV_CTE = f"""ev AS (
 
 
 def _link_ctes(cfg: Config) -> str:
-    """``ck`` and ``lk`` of :func:`window_ctes` (after ``ev``)."""
+    """``ck`` and ``lk`` of :func:`window_ctes` (after ``ev``): ``lk`` is the groups linked with this period's
+    interruptions, then those linked only with the previous period's (a semi join each: one test per pair)."""
     this, prev = window_conditions(cfg)
+    length = "(epoch_us(w.e) - epoch_us(w.s))"
+    row = "ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost, ck.account"
     return f"""ck AS (
-  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost, w.account FROM ba_win w
+  SELECT w.job, w.team, w.provider, w.currency, w.category, w.s, w.e, w.cost, w.account,
+         epoch_us(w.e) AS e_us, {length} AS l, epoch_us(w.s) - {length} * ({_window_periods(cfg, "w.job", length)}) AS lo
+  FROM ba_win w
   WHERE w.category IN ('storage_reread', 'checkpoint_egress') AND w.s IS NOT NULL AND w.e IS NOT NULL AND w.e > w.s
 ),
 lk AS (
-  SELECT ck.job, ck.team, ck.provider, ck.currency, ck.category, CAST(ck.s AS DATE) AS day, ck.cost, ck.account
-  FROM ck WHERE EXISTS (SELECT 1 FROM ev WHERE {this})
-  OR EXISTS (SELECT 1 FROM {PREV_EVENTS} pv WHERE {prev})
+  SELECT {row} FROM ck SEMI JOIN ev ON {this}
+  UNION ALL
+  SELECT {row} FROM (SELECT * FROM ck ANTI JOIN ev ON {this}) ck SEMI JOIN {PREV_EVENTS} pv ON {prev}
 )"""
 
 
