@@ -11,7 +11,10 @@ polars, rich) inside its functions, so `billing-audit --help` and `--version` im
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
 from typing import Any
 
 import click
@@ -90,4 +93,28 @@ def main() -> None:
     """
 
 
-__all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]
+def run() -> None:
+    """The console script and ``python -m billing_audit.cli``: :func:`main`, then the process ends as soon as its
+    output is flushed, without the interpreter's teardown (freeing DuckDB's, polars' and pyarrow's modules object
+    by object: about 0.1 s, as much as a small command's own work).  Every store and file a command opens is
+    closed before main returns; the exit code is click's (0, 1 for an error, 2 for a usage error)."""
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as e:
+        code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed, exit 1, as Python does
+        print(code, file=sys.stderr)
+        code = 1
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written
+            stream.flush()
+    os._exit(code)
+
+
+__all__ = ["LAZY_COMMANDS", "LazyGroup", "main", "run"]

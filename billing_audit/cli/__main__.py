@@ -1,5 +1,5 @@
 """``python -m billing_audit.cli``."""
 
-from billing_audit.cli import main
+from billing_audit.cli import run
 
-main()
+run()
