@@ -11,11 +11,10 @@ from __future__ import annotations
 import csv
 import re
 import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from billing_audit.deliveries import OverlapPolicy
 from billing_audit.errors import BillingAuditError
@@ -38,30 +37,43 @@ KUBERNETES_JOB_LABEL_KEYS = (
     "job-name",  # the same, older spelling
 )
 
+# The config's tables are plain dataclasses: the defaults (no config file, the usual case) cost no import.  A
+# file is validated against the same classes by pydantic (imported then: load_config), unknown keys refused
+# (``__pydantic_config__``); a field's bound is its metadata, checked after (:func:`_check_bounds`).
+_STRICT: Any = {"extra": "forbid"}
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+
+def _gt0(default: Any) -> Any:
+    return field(default=default, metadata={"gt": 0})
 
 
-class Attribution(_Strict):
-    job_tag_keys: list[str] = Field(default_factory=lambda: ["training-job", "training_job", "job", "job-id", "job_id"])
-    team_tag_keys: list[str] = Field(default_factory=lambda: ["team", "cost-center", "costcenter", "owner"])
-    checkpoint_tag_keys: list[str] = Field(default_factory=lambda: list(CHECKPOINT_TAG_KEYS))
-    checkpoint_tag_values: list[str] = Field(default_factory=lambda: list(CHECKPOINT_TAG_VALUES))
-    checkpoint_resources: list[str] = Field(default_factory=list)
+def _ge0(default: Any) -> Any:
+    return field(default=default, metadata={"ge": 0})
+
+
+@dataclass
+class Attribution:
+    __pydantic_config__ = _STRICT
+    job_tag_keys: list[str] = field(default_factory=lambda: ["training-job", "training_job", "job", "job-id", "job_id"])
+    team_tag_keys: list[str] = field(default_factory=lambda: ["team", "cost-center", "costcenter", "owner"])
+    checkpoint_tag_keys: list[str] = field(default_factory=lambda: list(CHECKPOINT_TAG_KEYS))
+    checkpoint_tag_values: list[str] = field(default_factory=lambda: list(CHECKPOINT_TAG_VALUES))
+    checkpoint_resources: list[str] = field(default_factory=list)
     resource_map: str | None = None
-    account_teams: dict[str, str] = Field(default_factory=dict)
+    account_teams: dict[str, str] = field(default_factory=dict)
     # Kubernetes pod labels that name a training job (after job_tag_keys): the training operators' own labels.
     # Looked up as the bill spells imported labels: the key itself, with non-alphanumerics as "_", and "k8s-label/<key>".
-    kubernetes_job_label_keys: list[str] = Field(default_factory=lambda: list(KUBERNETES_JOB_LABEL_KEYS))
+    kubernetes_job_label_keys: list[str] = field(default_factory=lambda: list(KUBERNETES_JOB_LABEL_KEYS))
     # a pod's team, when no team key names it: its Kubernetes namespace (kube:unallocated and the like excluded)
     kubernetes_namespace_team: bool = True
 
 
-class JobEstimate(_Strict):
-    checkpoint_interval_minutes: float | None = Field(default=None, gt=0)
-    restart_minutes: float | None = Field(default=None, ge=0)
-    restart_window_periods: int | None = Field(default=None, ge=0)  # N charge periods after an interruption's
+@dataclass
+class JobEstimate:
+    __pydantic_config__ = _STRICT
+    checkpoint_interval_minutes: float | None = _gt0(None)
+    restart_minutes: float | None = _ge0(None)
+    restart_window_periods: int | None = _ge0(None)  # N charge periods after an interruption's
 
 
 # Restart windows: checkpoint re-reads and egress count as interruption overhead in the charge period that holds
@@ -72,40 +84,33 @@ HOURLY_WINDOW = 3
 DAILY_WINDOW = 1
 
 
-class Estimates(_Strict):
+@dataclass
+class Estimates:
+    __pydantic_config__ = _STRICT
     enabled: bool = True
-    checkpoint_interval_minutes: float = Field(default=30, gt=0)
-    restart_minutes: float = Field(default=5, ge=0)
-    restart_window_hourly_periods: int = Field(default=HOURLY_WINDOW, ge=0)
-    restart_window_daily_periods: int = Field(default=DAILY_WINDOW, ge=0)
-    jobs: dict[str, JobEstimate] = Field(default_factory=dict)
+    checkpoint_interval_minutes: float = _gt0(30)
+    restart_minutes: float = _ge0(5)
+    restart_window_hourly_periods: int = _ge0(HOURLY_WINDOW)
+    restart_window_daily_periods: int = _ge0(DAILY_WINDOW)
+    jobs: dict[str, JobEstimate] = field(default_factory=dict)
 
 
-class BudgetLimits(_Strict):
-    interruption_fees_per_job: Decimal | None = Field(default=None, ge=0)  # restart fees a job may have a month
-    max_savings_erosion_pct: float | None = Field(default=None, ge=0)
+@dataclass
+class BudgetLimits:
+    __pydantic_config__ = _STRICT
+    interruption_fees_per_job: Decimal | None = _ge0(None)  # restart fees a job may have a month
+    max_savings_erosion_pct: float | None = _ge0(None)
 
 
 CURRENCY_KEY = re.compile(r"[A-Z]{3}")
 
 
+@dataclass
 class Budgets(BudgetLimits):
     """``[budgets]`` and ``[budgets.USD]``, ``[budgets.EUR]``, ...: a currency's own table applies to rows billed
     in it; the plain ``[budgets]`` keys to every billing currency without a table of its own."""
 
-    currencies: dict[str, BudgetLimits] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _by_currency(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            data = dict(data)
-            if "currencies" in data:
-                raise ValueError("unknown key 'currencies' (a currency's budgets are [budgets.USD], ...)")
-            cur = {k: data.pop(k) for k in list(data) if isinstance(k, str) and CURRENCY_KEY.fullmatch(k)}
-            if cur:
-                data["currencies"] = cur
-        return data
+    currencies: dict[str, BudgetLimits] = field(default_factory=dict)
 
     def for_currency(self, currency: str) -> tuple[BudgetLimits, str]:
         """The limits for rows billed in `currency`, and the config table they come from."""
@@ -114,20 +119,24 @@ class Budgets(BudgetLimits):
         return self, "budgets"
 
 
-class Exports(_Strict):
+@dataclass
+class Exports:
     """``[exports]``: which export counts lines that two exports of one billing account and period both deliver."""
 
+    __pydantic_config__ = _STRICT
     keep: Literal["larger", "both"] = "larger"
-    prefer: list[str] = Field(default_factory=list)
+    prefer: list[str] = field(default_factory=list)
 
 
-class Config(_Strict):
-    attribution: Attribution = Field(default_factory=Attribution)
-    exports: Exports = Field(default_factory=Exports)
-    estimates: Estimates = Field(default_factory=Estimates)
-    budgets: Budgets = Field(default_factory=Budgets)
+@dataclass
+class Config:
+    __pydantic_config__ = _STRICT
+    attribution: Attribution = field(default_factory=Attribution)
+    exports: Exports = field(default_factory=Exports)
+    estimates: Estimates = field(default_factory=Estimates)
+    budgets: Budgets = field(default_factory=Budgets)
     source: str | None = None  # the file it came from
-    resource_rows: list[dict[str, str]] = Field(default_factory=list)  # the resource map, read
+    resource_rows: list[dict[str, str]] = field(default_factory=list)  # the resource map, read
 
     def checkpoint_settings(self) -> dict[str, Any]:
         a = self.attribution
@@ -150,6 +159,59 @@ class Config(_Strict):
         return (interval or self.estimates.checkpoint_interval_minutes,
                 self.estimates.restart_minutes if restart is None else restart)
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Config:
+        """A config from a file's tables (``[budgets.USD]`` and the like as TOML gives them): keys and types
+        checked by pydantic against these classes, bounds by their metadata.  Raises ValueError naming the
+        key (``"key 'estimates.restart_minutes': ..."``, ``"unknown key 'surprise'"``)."""
+        from pydantic import TypeAdapter, ValidationError
+
+        raw = dict(raw)
+        for reserved in ("source", "resource_rows"):
+            if reserved in raw:
+                raise ValueError(f"unknown key {reserved!r}")
+        budgets = raw.get("budgets")
+        if isinstance(budgets, dict):
+            budgets = dict(budgets)
+            if "currencies" in budgets:
+                raise ValueError("unknown key 'budgets.currencies' (a currency's budgets are [budgets.USD], ...)")
+            cur = {k: budgets.pop(k) for k in list(budgets) if isinstance(k, str) and CURRENCY_KEY.fullmatch(k)}
+            if cur:
+                budgets["currencies"] = cur
+            raw["budgets"] = budgets
+        try:
+            cfg = TypeAdapter(cls).validate_python(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(p) for p in err["loc"] if p != "currencies")
+            if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+                raise ValueError(f"unknown key {key!r}") from None
+            raise ValueError(f"key {key!r}: {err['msg']} (got {err.get('input')!r})") from None
+        _check_bounds(cfg, raw, ())
+        return cfg
+
+
+def _check_bounds(obj: Any, raw: Any, path: tuple[str, ...]) -> None:
+    """Each field's bound (``gt``/``ge`` in its metadata) on the values a file gave, nested tables too."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        given = raw.get(f.name) if isinstance(raw, dict) else None
+        key = (*path, f.name)
+        if is_dataclass(value):
+            _check_bounds(value, given, key)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if is_dataclass(v):
+                    _check_bounds(v, given.get(k) if isinstance(given, dict) else None,
+                                  key if f.name == "currencies" else (*key, str(k)))
+        elif value is not None:
+            if "gt" in f.metadata and not value > f.metadata["gt"]:
+                raise ValueError(f"key {'.'.join(key)!r}: Input should be greater than {f.metadata['gt']} "
+                                 f"(got {given!r})")
+            if "ge" in f.metadata and not value >= f.metadata["ge"]:
+                raise ValueError(f"key {'.'.join(key)!r}: Input should be greater than or equal to "
+                                 f"{f.metadata['ge']} (got {given!r})")
+
 
 def load_config(path: str | Path | None) -> Config:
     """Read the config: ``path``, else ./billing-audit.toml if it exists, else defaults."""
@@ -163,17 +225,10 @@ def load_config(path: str | Path | None) -> Config:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise BillingAuditError(f"{file}: not a valid TOML file: {e}") from None
-    for reserved in ("source", "resource_rows"):
-        if reserved in raw:
-            raise BillingAuditError(f"{file}: unknown key {reserved!r}")
     try:
-        cfg = Config.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"] if p != "currencies")
-        if err["type"] == "extra_forbidden":
-            raise BillingAuditError(f"{file}: unknown key {key!r}") from None
-        raise BillingAuditError(f"{file}: key {key!r}: {err['msg']} (got {err.get('input')!r})") from None
+        cfg = Config.from_dict(raw)
+    except ValueError as e:
+        raise BillingAuditError(f"{file}: {e}") from None
     cfg.source = str(file)
     if cfg.attribution.resource_map:
         cfg.resource_rows = read_resource_map(file.parent / cfg.attribution.resource_map)

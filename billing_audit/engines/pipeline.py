@@ -23,6 +23,7 @@ measure them with the export's own on-demand cost only (:func:`billing_audit.rol
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -213,8 +214,8 @@ def config_key(cfg: Config, rules: Sequence[Rule], params: dict[str, Any] | None
     """What makes two engine runs comparable: the attribution and exports config, the rules and their parameters,
     and the price references the run was given (``prices``: :func:`billing_audit.pricing.prices_key`)."""
     blob = json.dumps({"groups": rollup.GROUPS_VERSION,
-                       "attribution": cfg.attribution.model_dump(mode="json"), "map": cfg.resource_rows,
-                       "exports": cfg.exports.model_dump(mode="json"),  # which export keeps lines two deliver (raw)
+                       "attribution": dataclasses.asdict(cfg.attribution), "map": cfg.resource_rows,
+                       "exports": dataclasses.asdict(cfg.exports),  # which export keeps lines two deliver (raw)
                        "rules": [(r.id, r.sql) for r in rules], "params": params or {},
                        "prices": prices}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

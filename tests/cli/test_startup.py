@@ -193,3 +193,27 @@ def test_ingest_loads_neither_polars_nor_the_rule_parser(tmp_path: Path) -> None
     with duckdb.connect(str(db), read_only=True) as con:
         row = con.execute("SELECT count(*) FROM line_items").fetchone()
     assert row is not None and row[0] > 0
+
+
+def test_report_without_a_config_file_imports_no_pydantic(tmp_path: Path) -> None:
+    """The config's defaults are plain dataclasses: a report with no billing-audit.toml (run from a folder that has
+    none) imports no pydantic (about 0.08 s of a 1 s `report --period`, issue #19); with a config file it
+    validates the file (pydantic then) and the file's values count."""
+    import billing_audit
+
+    db = tmp_path / "r.duckdb"
+    with billing_audit.open(db) as store:
+        assert not store.ingest([FIXTURES / "aws"]).errors
+        store.tag()
+    out = tmp_path / "r.json"
+    code = (f"import os\nos.chdir({str(tmp_path)!r})\n"
+            + _cli("report", "--db", str(db), "--format", "json", "--out", str(out))
+            + f"\ndoc = json.loads(open({str(out)!r}).read())\nassert doc['jobs'], doc")
+    imported = _imported(code)
+    assert not imported & {"pydantic", "pydantic_core", "annotated_types"}, imported
+    assert {"duckdb", "polars"} <= imported
+    (tmp_path / "c.toml").write_text("[estimates]\nenabled = false\n")
+    with_file = _imported(code.replace("'--out'", f"'--config', {str(tmp_path / 'c.toml')!r}, '--out'"))
+    assert "pydantic" in with_file
+    doc = json.loads(out.read_text())
+    assert doc["jobs"] and all(j["recompute_cost_estimate"] is None for j in doc["jobs"])

@@ -32,7 +32,7 @@ CATEGORIES = ["storage_reread", "checkpoint_egress", "restart_fee"]
 def _config(override: int | None) -> Config:
     cfg = Config()
     if override is not None:
-        cfg = Config.model_validate({"estimates": {"jobs": {"zeta": {"restart_window_periods": override}}}})
+        cfg = Config.from_dict({"estimates": {"jobs": {"zeta": {"restart_window_periods": override}}}})
     return cfg
 
 
