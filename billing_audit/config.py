@@ -51,6 +51,16 @@ def _ge0(default: Any) -> Any:
     return field(default=default, metadata={"ge": 0})
 
 
+# A restart window is at most this many charge periods after the interruption's (hourly lines: 416 days; daily:
+# 27 years): beyond any real window, and the window's start stays a 64-bit count of microseconds for charge
+# periods of up to a year (report._link_ctes).
+MAX_WINDOW_PERIODS = 10_000
+
+
+def _window(default: Any) -> Any:
+    return field(default=default, metadata={"ge": 0, "le": MAX_WINDOW_PERIODS})
+
+
 @dataclass
 class Attribution:
     __pydantic_config__ = _STRICT
@@ -73,7 +83,7 @@ class JobEstimate:
     __pydantic_config__ = _STRICT
     checkpoint_interval_minutes: float | None = _gt0(None)
     restart_minutes: float | None = _ge0(None)
-    restart_window_periods: int | None = _ge0(None)  # N charge periods after an interruption's
+    restart_window_periods: int | None = _window(None)  # N charge periods after an interruption's
 
 
 # Restart windows: checkpoint re-reads and egress count as interruption overhead in the charge period that holds
@@ -90,8 +100,8 @@ class Estimates:
     enabled: bool = True
     checkpoint_interval_minutes: float = _gt0(30)
     restart_minutes: float = _ge0(5)
-    restart_window_hourly_periods: int = _ge0(HOURLY_WINDOW)
-    restart_window_daily_periods: int = _ge0(DAILY_WINDOW)
+    restart_window_hourly_periods: int = _window(HOURLY_WINDOW)
+    restart_window_daily_periods: int = _window(DAILY_WINDOW)
     jobs: dict[str, JobEstimate] = field(default_factory=dict)
 
 
@@ -192,7 +202,7 @@ class Config:
 
 
 def _check_bounds(obj: Any, raw: Any, path: tuple[str, ...]) -> None:
-    """Each field's bound (``gt``/``ge`` in its metadata) on the values a file gave, nested tables too."""
+    """Each field's bounds (``gt``/``ge``/``le`` in its metadata) on the values a file gave, nested tables too."""
     for f in fields(obj):
         value = getattr(obj, f.name)
         given = raw.get(f.name) if isinstance(raw, dict) else None
@@ -211,6 +221,9 @@ def _check_bounds(obj: Any, raw: Any, path: tuple[str, ...]) -> None:
             if "ge" in f.metadata and not value >= f.metadata["ge"]:
                 raise ValueError(f"key {'.'.join(key)!r}: Input should be greater than or equal to "
                                  f"{f.metadata['ge']} (got {given!r})")
+            if "le" in f.metadata and not value <= f.metadata["le"]:
+                raise ValueError(f"key {'.'.join(key)!r}: Input should be less than or equal to "
+                                 f"{f.metadata['le']} (got {given!r})")
 
 
 def load_config(path: str | Path | None) -> Config:

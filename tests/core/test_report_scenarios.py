@@ -331,6 +331,11 @@ def test_export_neutralises_formulas(tmp_path: Path) -> None:
         ("[budgets]\ninterruption_fees_per_job = -1\n", "key 'budgets.interruption_fees_per_job'"),
         ("[attribution]\nresource_map = 'nope.csv'\n", "attribution.resource_map"),
         ("[surprise]\n", "unknown key 'surprise'"),
+        # a window beyond any real one (its start in microseconds would overflow): refused, not a traceback
+        ("[estimates]\nrestart_window_hourly_periods = 1000000000000\n",
+         "key 'estimates.restart_window_hourly_periods': Input should be less than or equal to 10000"),
+        ('[estimates.jobs."x"]\nrestart_window_periods = 10001\n',
+         "key 'estimates.jobs.x.restart_window_periods': Input should be less than or equal to 10000"),
         ("not toml at all = = =\n", "not a valid TOML file"),
     ],
 )

@@ -19,7 +19,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing_audit.config import Config
+from billing_audit.config import MAX_WINDOW_PERIODS, Config
 from billing_audit.report import PREV_EVENTS, UNATTRIBUTED, _link_ctes
 
 T0 = datetime(2026, 11, 30)
@@ -103,7 +103,7 @@ def interruption(draw: st.DrawFn) -> tuple:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ck=st.lists(checkpoint(), max_size=12), ev=st.lists(interruption(), max_size=5),
-       pv=st.lists(interruption(), max_size=4), override=st.sampled_from([None, 0, 2, 30]))
+       pv=st.lists(interruption(), max_size=4), override=st.sampled_from([None, 0, 2, 30, MAX_WINDOW_PERIODS]))
 def test_links_match_the_definition(tmp_path: Path, ck: list[tuple], ev: list[tuple], pv: list[tuple],
                                     override: int | None) -> None:
     cfg = _config(override)
