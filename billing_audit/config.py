@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import re
 import tomllib
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -38,8 +38,8 @@ KUBERNETES_JOB_LABEL_KEYS = (
 )
 
 # The config's tables are plain dataclasses: the defaults (no config file, the usual case) cost no import.  A
-# file is validated against the same classes by pydantic (imported then: load_config), unknown keys refused
-# (``__pydantic_config__``); a field's bound is its metadata, checked after (:func:`_check_bounds`).
+# file is validated against the same classes by pydantic (imported then: Config.from_dict), unknown keys refused
+# (``__pydantic_config__``), each bound (gt, ge, le) read by pydantic from the field's metadata.
 _STRICT: Any = {"extra": "forbid"}
 
 
@@ -172,7 +172,7 @@ class Config:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Config:
         """A config from a file's tables (``[budgets.USD]`` and the like as TOML gives them): keys and types
-        checked by pydantic against these classes, bounds by their metadata.  Raises ValueError naming the
+        checked by pydantic against these classes, bounds too (their fields' metadata).  Raises ValueError naming the
         key (``"key 'estimates.restart_minutes': ..."``, ``"unknown key 'surprise'"``)."""
         from pydantic import TypeAdapter, ValidationError
 
@@ -197,33 +197,7 @@ class Config:
             if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
                 raise ValueError(f"unknown key {key!r}") from None
             raise ValueError(f"key {key!r}: {err['msg']} (got {err.get('input')!r})") from None
-        _check_bounds(cfg, raw, ())
         return cfg
-
-
-def _check_bounds(obj: Any, raw: Any, path: tuple[str, ...]) -> None:
-    """Each field's bounds (``gt``/``ge``/``le`` in its metadata) on the values a file gave, nested tables too."""
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        given = raw.get(f.name) if isinstance(raw, dict) else None
-        key = (*path, f.name)
-        if is_dataclass(value):
-            _check_bounds(value, given, key)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if is_dataclass(v):
-                    _check_bounds(v, given.get(k) if isinstance(given, dict) else None,
-                                  key if f.name == "currencies" else (*key, str(k)))
-        elif value is not None:
-            if "gt" in f.metadata and not value > f.metadata["gt"]:
-                raise ValueError(f"key {'.'.join(key)!r}: Input should be greater than {f.metadata['gt']} "
-                                 f"(got {given!r})")
-            if "ge" in f.metadata and not value >= f.metadata["ge"]:
-                raise ValueError(f"key {'.'.join(key)!r}: Input should be greater than or equal to "
-                                 f"{f.metadata['ge']} (got {given!r})")
-            if "le" in f.metadata and not value <= f.metadata["le"]:
-                raise ValueError(f"key {'.'.join(key)!r}: Input should be less than or equal to "
-                                 f"{f.metadata['le']} (got {given!r})")
 
 
 def load_config(path: str | Path | None) -> Config:
