@@ -460,8 +460,10 @@ def report(db: str | Store, config_path: str | None = None, period: str | None =
 def data_as_of(store: Store, period: str | None = None) -> datetime | None:
     """The newest export time of the deliveries that own ``period`` (all periods when None), as
     :func:`summary_report` finds it; None when the store holds none."""
-    held = _narrow(store.owners(), period, None)
-    newest = held["dated"].max() if held.height else None
+    row = store.con.execute(
+        "SELECT max(d.version) FROM slices s JOIN deliveries d USING (ingest_id) "
+        "WHERE $period IS NULL OR strftime(s.BillingPeriodStart, '%Y-%m') = $period", {"period": period}).fetchone()
+    newest = row[0] if row else None
     return newest if isinstance(newest, datetime) else None
 
 
@@ -578,7 +580,7 @@ def failing_rows(rep: Report, fail_on: Sequence[str]) -> list[str]:
     if bad:
         raise BillingAuditError(f"--fail-on {bad[0]!r}: choose {' or '.join(FAIL_ON)}")
     out = []
-    for r in rep.jobs.iter_rows(named=True):
+    for r in rep.job_rows:  # the rows the JSON and the frames show (no polars needed)
         who = f"{r['job']} ({r['team']}, {r['provider']}, {r['currency']})"
         if "over_budget" in fail_on and r["over_budget"]:
             out.append(f"over_budget: {who}: {'; '.join(r['budget_breaches'])}")

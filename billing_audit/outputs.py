@@ -7,14 +7,15 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from billing_audit import inert
 from billing_audit.errors import BillingAuditError
 from billing_audit.inert import FORMULA_START, NOT_MEASURED, clean, csv_text, json_inert, safe_cell, text, write_csv
 from billing_audit.report import FINANCE_COLUMNS, MONEY_FIELDS, Report
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["FORMULA_START", "csv_text", "export_frame", "export_totals", "finance_rows", "markdown", "report_json", "rich_table", "rich_totals",
            "safe_cell", "write_csv", "write_export"]
@@ -125,12 +126,16 @@ JOB_CSV_EXTRA = ["interruptions_source", "savings_eroded_pct", "recommendation",
 
 
 def _sum(c: str) -> pl.Expr:
+    import polars as pl
+
     return pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
 
 
 def finance_rows(report: Report, by: str) -> pl.DataFrame:
     """One report's rows in the finance layout: period, the keys of `by`, then FINANCE_COLUMNS (per job, also
     the advice and the job's extras).  report --format csv, audit's CSVs and export all come from here."""
+    import polars as pl
+
     if by not in EXPORT_KEYS:
         raise BillingAuditError(f"--by {by!r}: choose {', '.join(EXPORT_KEYS)}")
     keys = EXPORT_KEYS[by]
@@ -152,6 +157,8 @@ def finance_rows(report: Report, by: str) -> pl.DataFrame:
 
 def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
     """One row per period x team (or job, or team and provider) x currency with every component and the total."""
+    import polars as pl
+
     frames = [finance_rows(r, by).drop(JOB_CSV_EXTRA, strict=False) for r in reports]
     if not frames:
         return pl.DataFrame()
@@ -162,6 +169,8 @@ def export_frame(reports: list[Report], by: str) -> pl.DataFrame:
 def export_totals(df: pl.DataFrame, store_totals: dict[tuple[str, str], Decimal]) -> pl.DataFrame:
     """Per period and currency: the export's rows summed, and the store's total cost for the period beside it
     (``ties``: the rows' total_cost adds up to it exactly)."""
+    import polars as pl
+
     if df.is_empty():
         return df
     out = df.group_by(["period", "currency"]).agg([_sum(c) for c in FINANCE_COLUMNS]).sort(["period", "currency"])

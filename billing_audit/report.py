@@ -1,8 +1,9 @@
 """Attribute the hidden interruption overhead to training jobs and teams.
 
-The store does the per-line work in SQL (attribution, categories, sums); polars
-holds the small per-job, per-team and per-day results and shapes the outputs.
-Nothing here re-reads exports.
+The store does the per-line work in SQL (attribution, categories, sums); the small per-job, per-team and per-day
+results are rows of exact Decimals, summed and sorted here, from which every output is made: the JSON straight from
+the rows, the other formats from polars frames of them (``Report.jobs`` etc., made on first use, so the JSON report
+never imports polars).  Nothing here re-reads exports.
 
 Definitions (the README repeats them):
 
@@ -25,12 +26,13 @@ Definitions (the README repeats them):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from statistics import median
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import duckdb
-import polars as pl
 
 from billing_audit import kubernetes
 from billing_audit.config import Config
@@ -47,6 +49,9 @@ from billing_audit.rollup import (
 )
 from billing_audit.sql import lit
 from billing_audit.store import PERIOD, Store
+
+if TYPE_CHECKING:
+    import polars as pl
 
 MONEY_FIELDS = [
     "spot_compute_cost",
@@ -80,22 +85,107 @@ FINANCE_COLUMNS = [
 ]
 
 
+TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
+COVERAGE_SUMS = ["spot_cost_priced", "spot_unpriced_cost"]
+ACCOUNT_KEY = ["job", "team", "provider", "currency", "account"]
+ACCOUNT_COLUMNS = [*ACCOUNT_KEY, *FINANCE_COLUMNS]
+# The columns of each table of a report, in order (the JSON's keys, the frames' columns).
+JOB_COLUMNS = [*JOB_FIELDS, *JOB_EXTRA]
+TEAM_COLUMNS = ["team", "currency", *TEAM_SUMS, "jobs", "savings_eroded_pct"]
+TOTAL_COLUMNS = ["currency", *TEAM_SUMS, *COVERAGE_SUMS, "lines", "unattributed_cost", "savings_eroded_pct",
+                 "savings_coverage_pct"]
+DAILY_COLUMNS = ["job", "provider", "currency", "day", "interruptions", "overhead", "spot_cost", "on_demand_cost",
+                 "spot_unpriced_cost", "spike"]
+FILE_COLUMNS = ["file", "format", "provider", "periods", "rows", "status"]
+DECIMAL_COLUMNS = {*MONEY_FIELDS, "interruptions", "total_cost", "spot_hourly_cost", "spot_unpriced_cost",
+                   "spot_cost_priced", "unattributed_cost", "overhead", "spot_cost", "on_demand_cost"}
+FLOAT_COLUMNS = {"savings_eroded_pct", "savings_coverage_pct", "spot_hours"}
+INT_COLUMNS = {"lines", "rows", "jobs"}
+LIST_COLUMNS = {"reasons", "budget_breaches"}
+BOOL_COLUMNS = {"over_budget", "spike"}
+TEXT_COLUMNS = {"job", "team", "provider", "currency", "interruptions_source", "recommendation", "account", "file",
+                "format", "periods", "status"}
+
+
+class _Table:
+    """A table of a :class:`Report` as a polars frame: made from the table's rows (``rows``, the columns
+    ``columns``) on first use and kept.  Setting a frame makes its rows the table's (its columns too): the JSON
+    and every other output then show that frame."""
+
+    def __init__(self, rows: str, columns: list[str]):
+        self.rows, self.columns = rows, columns
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _get(self, obj: Report) -> pl.DataFrame | None:
+        frames = obj._frames
+        if self.name not in frames:
+            rows = getattr(obj, self.rows)
+            frames[self.name] = None if rows is None else frame(rows, obj._columns.get(self.name, self.columns))
+        found: pl.DataFrame | None = frames[self.name]
+        return found
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Table: ...
+    @overload
+    def __get__(self, obj: Report, objtype: type | None = None) -> pl.DataFrame: ...
+
+    def __get__(self, obj: Report | None, objtype: type | None = None) -> pl.DataFrame | _Table:
+        if obj is None:
+            return self
+        df = self._get(obj)
+        assert df is not None, self.name  # the four tables always have rows
+        return df
+
+    def __set__(self, obj: Report, df: pl.DataFrame | None) -> None:
+        setattr(obj, self.rows, None if df is None else df.to_dicts())
+        obj._frames[self.name] = df
+        if df is not None:
+            obj._columns[self.name] = list(df.columns)
+
+
+class _OptionalTable(_Table):
+    """A table a report may not have (None): the files ingested, the rows by billing account."""
+
+    @overload  # type: ignore[override]
+    def __get__(self, obj: None, objtype: type | None = None) -> _OptionalTable: ...
+    @overload
+    def __get__(self, obj: Report, objtype: type | None = None) -> pl.DataFrame | None: ...
+
+    def __get__(self, obj: Report | None, objtype: type | None = None) -> pl.DataFrame | None | _OptionalTable:
+        return self if obj is None else self._get(obj)
+
+
 @dataclass
 class Report:
+    """A report: its tables as rows (exact Decimals; ``job_rows`` etc.), and as polars frames made from them on
+    first use (``jobs``, ``teams``, ``daily``, ``totals``, ``files``, ``accounts``)."""
+
     period: str
     cost_basis: str
-    jobs: pl.DataFrame
-    teams: pl.DataFrame
-    daily: pl.DataFrame
-    totals: pl.DataFrame
+    job_rows: list[dict[str, Any]]
+    team_rows: list[dict[str, Any]]
+    daily_rows: list[dict[str, Any]]
+    total_rows: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     rules_fired: pl.DataFrame | None = None
-    files: pl.DataFrame | None = None
-    accounts: pl.DataFrame | None = None  # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
+    file_rows: list[dict[str, Any]] | None = None
+    # the job rows by billing account (ACCOUNT_COLUMNS): export --by ...account
+    account_rows: list[dict[str, Any]] | None = None
 
     engine: str = "duckdb"  # what computed the aggregates (an engine run's engine, else the local store)
     # restart fees against the interruption events held (billing_audit.reconcile; its JSON); None: not reconciled
     fee_reconciliation: dict[str, Any] | None = None
+    _frames: dict[str, Any] = field(init=False, default_factory=dict, repr=False, compare=False)
+    _columns: dict[str, list[str]] = field(init=False, default_factory=dict, repr=False, compare=False)
+
+    jobs = _Table("job_rows", JOB_COLUMNS)
+    teams = _Table("team_rows", TEAM_COLUMNS)
+    daily = _Table("daily_rows", DAILY_COLUMNS)
+    totals = _Table("total_rows", TOTAL_COLUMNS)
+    files = _OptionalTable("file_rows", FILE_COLUMNS)
+    accounts = _OptionalTable("account_rows", ACCOUNT_COLUMNS)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (:mod:`billing_audit.jsonout`): the envelope (``kind: "report"``, ``filters``: the
@@ -106,11 +196,16 @@ class Report:
                    "engine": self.engine}
         doc = envelope("report", filters, period=self.period, cost_basis=self.cost_basis,
                        warnings=list(self.warnings))  # what the report cannot vouch for (stale hits, a period not held)
-        # the rows are JSON values already (json_records): not walked again by envelope's plain
-        doc.update(totals=json_records(self.totals), jobs=json_records(self.jobs), teams=json_records(self.teams),
-                   daily=json_records(self.daily))
+        # the rows are JSON values already (json_rows): not walked again by envelope's plain
+        doc.update(totals=self._json("totals", self.total_rows, TOTAL_COLUMNS),
+                   jobs=self._json("jobs", self.job_rows, JOB_COLUMNS),
+                   teams=self._json("teams", self.team_rows, TEAM_COLUMNS),
+                   daily=self._json("daily", self.daily_rows, DAILY_COLUMNS))
         doc["fee_reconciliation"] = plain(self.fee_reconciliation)
         return doc
+
+    def _json(self, name: str, rows: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+        return json_rows(rows, self._columns.get(name, columns))
 
 
 COUNT_FIELDS = {"interruptions", "lines", "jobs", "fee_count", "signal_count", "churn_count"}
@@ -129,9 +224,49 @@ def _value(key: str, v: Any) -> Any:
     return plain(v)
 
 
+def _cell(key: str, v: Any) -> Any:
+    """A cell of a report table as its column's type has it (what its frame holds): Decimal columns Decimal,
+    counts int, percentages and hours float."""
+    if v is None:
+        return None
+    if key in DECIMAL_COLUMNS:
+        return v if isinstance(v, Decimal) else Decimal(str(v))
+    if key in FLOAT_COLUMNS:
+        return float(v)
+    if key in INT_COLUMNS:
+        return int(v)
+    return v
+
+
+def _json_cell(key: str) -> Callable[[Any], Any] | None:
+    """What makes a (non-null) cell of column `key` its JSON value: ``_value(key, _cell(key, v))``, straight for
+    the common columns; None: the cell is its JSON value already (text and flags)."""
+    if key in TEXT_COLUMNS or key in BOOL_COLUMNS:
+        return None
+    if key in DECIMAL_COLUMNS and key not in COUNT_FIELDS:
+        return lambda v: money(v if isinstance(v, Decimal) else Decimal(str(v)))
+    return lambda v: _value(key, _cell(key, v))
+
+
+def json_rows(rows: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+    """Report rows (jobs, teams, totals, daily) as JSON objects of `columns` (:func:`_value`), as their frames
+    have them (:func:`_cell`): the JSON and the frames show the same values."""
+    cells = [(c, _json_cell(c)) for c in columns]
+    out = []
+    for r in rows:
+        row = {}
+        for c, f in cells:
+            v = r.get(c)
+            row[c] = v if f is None or v is None else f(v)
+        out.append(row)
+    return out
+
+
 def json_records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """A frame of report rows (jobs, teams, totals, daily, finance rows) as JSON objects (:func:`_value`).
+    """A frame of report rows (finance rows: export --format json) as JSON objects (:func:`_value`).
     Text, whole-number and flag columns are as JSON has them already: their cells skip the conversion."""
+    import polars as pl
+
     same = [c for c, t in df.schema.items() if t == pl.String or t == pl.Boolean or t.is_integer()]
     convert = [c for c in df.columns if c not in same]
     rows = []
@@ -140,6 +275,30 @@ def json_records(df: pl.DataFrame) -> list[dict[str, Any]]:
             row[k] = _value(k, row[k])
         rows.append(row)
     return rows
+
+
+def frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
+    """Report rows as a polars frame of `columns`, typed by column (Decimal(38, 12) for money and counts that
+    may be fractional, Float64 for percentages and hours, lists of text for reasons and breaches)."""
+    import polars as pl
+
+    schema: dict[str, Any] = {}
+    for c in columns:
+        if c in DECIMAL_COLUMNS:
+            schema[c] = pl.Decimal(38, 12)
+        elif c in FLOAT_COLUMNS:
+            schema[c] = pl.Float64
+        elif c in INT_COLUMNS:
+            schema[c] = pl.UInt32 if c == "jobs" else pl.Int64
+        elif c in LIST_COLUMNS:
+            schema[c] = pl.List(pl.String)
+        elif c in BOOL_COLUMNS:
+            schema[c] = pl.Boolean
+        elif c == "day":
+            schema[c] = pl.Date
+        else:
+            schema[c] = pl.String
+    return pl.DataFrame([[_cell(c, r.get(c)) for c in columns] for r in rows], schema=schema, orient="row")
 
 
 # Each spot resource's run (when it started and stopped), and the resources that stopped while their
@@ -365,7 +524,6 @@ ORDER BY {ROW_KEY}, account NULLS LAST
 """
 
 
-ACCOUNT_KEY = ["job", "team", "provider", "currency", "account"]
 ACCOUNT_SUMS = ["spot_compute_cost", "spot_unpriced_cost", "restart_fees", "other_compute_charges",
                 "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked", "total_cost"]
 
@@ -604,7 +762,7 @@ def build_report(store: Store, cfg: Config, period: str | None = None, cost_basi
     unshared = engine_run is not None and _engine_name(store, engine_run) not in kubernetes.ENGINES
     warnings += kubernetes.pod_record_warnings(store, period, engine=unshared)
     rep = _report(store, cfg, period, cost_basis, rows, daily, warnings, fired, effective)
-    rep.accounts = _accounts_frame(accounts, effective_accounts)
+    rep.account_rows = _with_savings(accounts, effective_accounts)
     rep.engine = _engine_name(store, engine_run)
     rep.fee_reconciliation = _reconciliation(store, period, rep.warnings, engine_run is not None)
     return rep
@@ -655,7 +813,7 @@ def _engine_name(store: Store, engine_run: int | dict[str, int] | None) -> str:
     return str(found[0]) if found else "duckdb"
 
 
-Computed = tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame | None, list[dict[str, Any]]]
+Computed: TypeAlias = "tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame | None, list[dict[str, Any]]]"
 
 
 def _compute(store: Store, cfg: Config, period: str | None, basis: str,
@@ -684,6 +842,8 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
             run_daily += d
             if f is not None:  # an engine run's always is
                 fired_runs.append(f)
+        import polars as pl
+
         all_fired = (pl.concat(fired_runs).group_by(["rule_id", "category"]).agg(pl.col("lines").sum()).sort("rule_id")
                      if fired_runs else store.sql("SELECT NULL AS rule_id, NULL AS category, 0 AS lines WHERE FALSE"))
         return _combine(run_jobs, cfg), run_daily, all_fired, _combine_accounts(run_accounts)
@@ -836,33 +996,40 @@ def _report(store: Store, cfg: Config, period: str | None, cost_basis: str, rows
             e = eff.get((r["job"], r["team"], r["provider"], r["currency"]))
             for c in SAVINGS_FIELDS:
                 r[c] = e[c] if e is not None else ([] if c in ("reasons", "budget_breaches") else None)
-    daily_df = _daily(daily)
-    _spike_what_if(jobs, daily_df)
-    jobs_df = _frame(jobs, JOB_FIELDS + JOB_EXTRA).sort(
-        ["hidden_overhead_total", "job", "team", "provider", "currency"],
-        descending=[True, False, False, False, False], nulls_last=True,
-    )
-    totals = _totals(jobs_df)
+    daily_rows = _daily(daily)
+    _spike_what_if(jobs, daily_rows)
+    jobs.sort(key=lambda r: (_last(r["hidden_overhead_total"], descending=True),
+                             *(_last(r[c]) for c in ("job", "team", "provider", "currency"))))
+    totals = _total_rows(jobs)
     from billing_audit import registry
 
-    warnings = [*warnings, *coverage_warnings(jobs_df, totals, registry.with_part("prices_pull"))]
+    warnings = [*warnings, *coverage_warnings(jobs, totals, registry.with_part("prices_pull"))]
+    cur = store.con.execute(f"SELECT {', '.join(FILE_COLUMNS)} FROM ingest_log ORDER BY ingest_id, file")
     return Report(
         period=period or "all",
         cost_basis=cost_basis,
-        jobs=jobs_df,
-        teams=_teams(jobs_df),
-        daily=daily_df,
-        totals=totals,
+        job_rows=jobs,
+        team_rows=_team_rows(jobs),
+        daily_rows=daily_rows,
+        total_rows=totals,
         warnings=warnings,
         rules_fired=rules_fired,
-        files=store.sql(
-            "SELECT file, format, provider, periods, rows, status FROM ingest_log ORDER BY ingest_id, file"
-        ),
+        file_rows=[dict(zip(FILE_COLUMNS, r, strict=True)) for r in cur.fetchall()],
     )
 
 
-ACCOUNT_COLUMNS = [*ACCOUNT_KEY, *FINANCE_COLUMNS]
-ACCOUNT_SAVINGS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings"]
+def _first(v: Any) -> tuple[bool, Any]:
+    """A sort key, ascending with None first (polars' default order)."""
+    return (v is not None, v)
+
+
+def _last(v: Any, descending: bool = False) -> tuple[bool, Any]:
+    """A sort key with None last, ascending or (a number) descending."""
+    return (v is None, _neg(v) if descending else v)
+
+
+def _neg(v: Any) -> Any:
+    return None if v is None else -v
 
 
 def _combine_accounts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -874,90 +1041,82 @@ def _combine_accounts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
              **{c: _nsum([r[c] for r in rs]) for c in FINANCE_COLUMNS}} for k, rs in groups.items()]
 
 
-def _accounts_frame(rows: list[dict[str, Any]], effective: list[dict[str, Any]] | None) -> pl.DataFrame:
-    """The account rows as a frame; on another cost basis with the effective rows' savings (as the job rows)."""
+ACCOUNT_SAVINGS = ["on_demand_equivalent_cost", "gross_spot_savings", "net_spot_savings"]
+
+
+def _with_savings(rows: list[dict[str, Any]], effective: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The account rows; on another cost basis with the effective rows' savings (as the job rows)."""
     if effective is not None:
         eff = {tuple(r[c] for c in ACCOUNT_KEY): r for r in effective}
         for r in rows:
             e = eff.get(tuple(r[c] for c in ACCOUNT_KEY))
             for c in ACCOUNT_SAVINGS:
                 r[c] = e[c] if e is not None else None
-    return _frame(rows, ACCOUNT_COLUMNS)
+    return rows
 
 
-def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
-    money = set(MONEY_FIELDS) | {"total_cost", "spot_hourly_cost", "spot_unpriced_cost", "spot_cost_priced"}
-    schema: dict[str, Any] = {}
-    for c in columns:
-        if c in money or c == "interruptions":
-            schema[c] = pl.Decimal(38, 12)
-        elif c in ("savings_eroded_pct", "spot_hours"):
-            schema[c] = pl.Float64
-        elif c == "lines":
-            schema[c] = pl.Int64
-        elif c in ("reasons", "budget_breaches"):
-            schema[c] = pl.List(pl.String)
-        elif c == "over_budget":
-            schema[c] = pl.Boolean
-        else:
-            schema[c] = pl.String
-    return pl.DataFrame([{c: r.get(c) for c in columns} for r in rows], schema=schema, orient="row")
+def _group(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return groups
 
 
-TEAM_SUMS = ["interruptions", *MONEY_FIELDS, "total_cost"]
-COVERAGE_SUMS = ["spot_cost_priced", "spot_unpriced_cost"]
+def _dsum(values: Any) -> Decimal:
+    """A sum of amounts, n/a ones left out (0 when none is measured)."""
+    return sum((v for v in values if v is not None), Decimal(0))
 
 
-def _sum(c: str) -> pl.Expr:
-    """A column's sum where some rows are n/a (null): the measured rows' sum; null when none is measured."""
-    return pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).otherwise(None).alias(c)
+def _sums(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], Decimal]:
+    """Each figure of TEAM_SUMS summed (n/a rows left out; n/a when none is measured), and the overhead of the
+    rows whose savings are measured: what their measured savings are eroded by (a job without measured savings
+    erodes nothing measured)."""
+    return ({c: _nsum([r[c] for r in rows]) for c in TEAM_SUMS},
+            _dsum(r["hidden_overhead_total"] for r in rows if r["gross_spot_savings"] is not None))
 
 
-def _sums() -> list[pl.Expr]:
-    """Each figure summed (n/a rows left out), and the overhead of the jobs whose savings are measured: what
-    their measured savings are eroded by (a job without measured savings erodes nothing measured)."""
-    measured = pl.col("gross_spot_savings").is_not_null()
-    return [_sum(c) for c in TEAM_SUMS] + [
-        pl.col("hidden_overhead_total").filter(measured).sum().alias("ba_measured_overhead")]
+def _eroded(measured_overhead: Decimal, gross: Decimal | None) -> float | None:
+    return float(measured_overhead) / float(gross) * 100 if gross is not None and gross > 0 else None
 
 
-def _eroded() -> pl.Expr:
-    return (pl.when(pl.col("gross_spot_savings") > 0)
-            .then(pl.col("ba_measured_overhead").cast(pl.Float64) / pl.col("gross_spot_savings").cast(pl.Float64) * 100)
-            .otherwise(None).alias("savings_eroded_pct"))
+def _team_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per team and currency: the job rows' sums, the jobs counted, the erosion; biggest overhead first."""
+    out = []
+    for (team, currency), rows in _group(jobs, ("team", "currency")).items():
+        sums, measured = _sums(rows)
+        out.append({"team": team, "currency": currency, **sums, "jobs": len({r["job"] for r in rows}),
+                    "savings_eroded_pct": _eroded(measured, sums["gross_spot_savings"])})
+    out.sort(key=lambda r: (_first(_neg(r["hidden_overhead_total"])), _first(r["team"]), _first(r["currency"])))
+    return out
 
 
-def _teams(jobs: pl.DataFrame) -> pl.DataFrame:
-    df = jobs.group_by(["team", "currency"]).agg(_sums() + [pl.col("job").n_unique().alias("jobs")])
-    df = df.with_columns(_eroded()).drop("ba_measured_overhead")
-    return df.sort(["hidden_overhead_total", "team", "currency"], descending=[True, False, False])
-
-
-def _totals(jobs: pl.DataFrame) -> pl.DataFrame:
+def _total_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per currency; with the savings coverage: the spot cost whose savings are measured, the spot cost without
     an on-demand price, and the share measured (``savings_coverage_pct``)."""
-    df = jobs.group_by("currency").agg(
-        _sums() + [pl.col(c).sum() for c in COVERAGE_SUMS]
-        + [pl.col("lines").sum(),
-           pl.col("total_cost").filter(pl.col("job") == UNATTRIBUTED).sum().alias("unattributed_cost")]
-    )
-    spot = pl.col("spot_cost_priced") + pl.col("spot_unpriced_cost")
-    df = df.with_columns(
-        _eroded(),
-        pl.when(spot > 0).then(pl.col("spot_cost_priced").cast(pl.Float64) / spot.cast(pl.Float64) * 100)
-        .otherwise(None).alias("savings_coverage_pct"),
-    ).drop("ba_measured_overhead")
-    return df.sort("currency")
+    out = []
+    for (currency,), rows in _group(jobs, ("currency",)).items():
+        sums, measured = _sums(rows)
+        priced = _dsum(r["spot_cost_priced"] for r in rows)
+        unpriced = _dsum(r["spot_unpriced_cost"] for r in rows)
+        spot = priced + unpriced
+        out.append({"currency": currency, **sums, "spot_cost_priced": priced, "spot_unpriced_cost": unpriced,
+                    "lines": sum(int(r["lines"]) for r in rows if r["lines"] is not None),
+                    "unattributed_cost": _dsum(r["total_cost"] for r in rows if r["job"] == UNATTRIBUTED),
+                    "savings_eroded_pct": _eroded(measured, sums["gross_spot_savings"]),
+                    "savings_coverage_pct": float(priced) / float(spot) * 100 if spot > 0 else None})
+    out.sort(key=lambda r: _first(r["currency"]))
+    return out
 
 
-def coverage_warnings(jobs: pl.DataFrame, totals: pl.DataFrame, pullable: tuple[str, ...] = ()) -> list[str]:
+def coverage_warnings(jobs: list[dict[str, Any]], totals: list[dict[str, Any]],
+                      pullable: tuple[str, ...] = ()) -> list[str]:
     """Per currency with unpriced spot cost: how much of it the savings are measured for, and what to run (a
     currency whose only unpriced spot cost is a credit, below zero, needs nothing)."""
     out = []
-    for t in totals.iter_rows(named=True):
+    for t in totals:
         cur = t["currency"]
-        provs = sorted({r["provider"] for r in jobs.filter((pl.col("currency") == cur)
-                                                           & (pl.col("spot_unpriced_cost") > 0)).iter_rows(named=True)})
+        provs = sorted({r["provider"] for r in jobs if cur is not None and r["currency"] == cur
+                        and r["spot_unpriced_cost"] is not None and r["spot_unpriced_cost"] > 0})
         if not t["spot_unpriced_cost"] or t["spot_unpriced_cost"] <= 0 or not provs:
             continue
         cov = t["savings_coverage_pct"] or 0.0
@@ -1014,30 +1173,26 @@ def _daily_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, A
     return out
 
 
-DAILY_SCHEMA: dict[str, Any] = {"job": pl.String, "provider": pl.String, "currency": pl.String, "day": pl.Date,
-                "interruptions": pl.Decimal(38, 12), "overhead": pl.Decimal(38, 12),
-                "spot_cost": pl.Decimal(38, 12), "on_demand_cost": pl.Decimal(38, 12),
-                "spot_unpriced_cost": pl.Decimal(38, 12), "ran": pl.Boolean}
+DAILY_KEY = ("job", "provider", "currency", "day")
+DAILY_SUMS = ("interruptions", "overhead", "spot_cost", "on_demand_cost", "spot_unpriced_cost")
 
 
-def _spike_what_if(jobs: list[dict[str, Any]], daily: pl.DataFrame) -> None:
+def _spike_what_if(jobs: list[dict[str, Any]], daily: list[dict[str, Any]]) -> None:
     """For a job whose interruptions spiked (the daily flag): what switching to on demand from the first spike day
     on would have cost (the on-demand equivalent of its spot lines from that day), against what spot cost from
     then (spot cost + the billed overhead of those days).  Added to the job's reasons."""
-    if daily.is_empty():
-        return
-    spikes = daily.filter(pl.col("spike")).group_by(["job", "provider", "currency"]).agg(pl.col("day").min())
-    first = {(r["job"], r["provider"], r["currency"]): r["day"] for r in spikes.iter_rows(named=True)}
+    days = _group(daily, ("job", "provider", "currency"))
     for row in jobs:
-        day = first.get((row["job"], row["provider"], row["currency"]))
-        if day is None:
+        mine = days.get((row["job"], row["provider"], row["currency"]), [])
+        spiked = [d["day"] for d in mine if d["spike"]]
+        if not spiked:
             continue
-        after = daily.filter((pl.col("job") == row["job"]) & (pl.col("provider") == row["provider"])
-                             & (pl.col("currency") == row["currency"]) & (pl.col("day") >= day))
-        od = sum(after["on_demand_cost"].to_list(), Decimal(0))
-        priced = sum(after["spot_cost"].to_list(), Decimal(0))
-        spot = priced + sum(after["overhead"].to_list(), Decimal(0))
-        unpriced = sum(after["spot_unpriced_cost"].to_list(), Decimal(0))
+        day = min(spiked)
+        after = [d for d in mine if d["day"] >= day]
+        od = _dsum(d["on_demand_cost"] for d in after)
+        priced = _dsum(d["spot_cost"] for d in after)
+        spot = priced + _dsum(d["overhead"] for d in after)
+        unpriced = _dsum(d["spot_unpriced_cost"] for d in after)
         cur = row["currency"]
         if priced == 0 and unpriced > 0:
             row["reasons"].append(f"interruptions spiked on {day}: what switching to on demand from then would have "
@@ -1049,25 +1204,29 @@ def _spike_what_if(jobs: list[dict[str, Any]], daily: pl.DataFrame) -> None:
                               f"{od:.2f} {cur} against {spot:.2f} {cur} on spot with its billed overhead ({verdict})")
 
 
-def _daily(rows: list[dict[str, Any]]) -> pl.DataFrame:
+def _daily(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per job and day (summed over periods): interruptions, overhead, spot cost and its on-demand price; spikes
-    over 3x the median day."""
-    df = pl.DataFrame(rows, schema=DAILY_SCHEMA, orient="row")
-    if df.is_empty():
-        return df.drop("ran").with_columns(pl.lit(False).alias("spike"))
-    keys = ["job", "provider", "currency", "day"]
-    df = df.group_by(keys).agg(pl.col("interruptions").sum(), pl.col("overhead").sum(), pl.col("spot_cost").sum(),
-                               pl.col("on_demand_cost").sum(), pl.col("spot_unpriced_cost").sum(),
-                               pl.col("ran").any()).sort(keys)
-    median = (df.filter(pl.col("ran") | (pl.col("interruptions") > 0))
-              .group_by(["job", "provider", "currency"])
-              .agg(pl.col("interruptions").cast(pl.Float64).median().alias("median")))
-    df = df.join(median, on=["job", "provider", "currency"], how="left")
-    df = df.with_columns(
-        (pl.col("interruptions").cast(pl.Float64) > 3 * pl.max_horizontal(pl.col("median").fill_null(0), pl.lit(1.0)))
-        .alias("spike")
-    )
-    return df.drop(["ran", "median"]).sort(keys)
+    over 3x the median day (of the days the job ran or was interrupted; at least 1)."""
+    days: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["job"], r["provider"], r["currency"], r["day"])
+        day = days.get(key)
+        if day is None:
+            days[key] = {**dict(zip(DAILY_KEY, key, strict=True)),
+                         **{c: Decimal(0) if r[c] is None else r[c] for c in DAILY_SUMS}, "ran": r["ran"]}
+            continue
+        for c in DAILY_SUMS:
+            if r[c] is not None:
+                day[c] += r[c]
+        day["ran"] = day["ran"] or r["ran"]
+    out = [days[k] for k in sorted(days, key=lambda k: tuple(_first(v) for v in k))]
+    for mine in _group(out, ("job", "provider", "currency")).values():
+        counted = [float(d["interruptions"]) for d in mine if d["ran"] or d["interruptions"] > 0]
+        bar = 3 * max(median(counted) if counted else 0.0, 1.0)
+        for d in mine:
+            del d["ran"]
+            d["spike"] = float(d["interruptions"]) > bar
+    return out
 
 
 def _rules_fired(store: Store, period: str | None) -> pl.DataFrame:

@@ -77,10 +77,15 @@ def live() -> bool:
 
 
 def say(line: str) -> None:
-    """One plain line on stderr: cleaned, never markup."""
-    from billing_audit.inert import text
+    """One plain line on stderr: cleaned, never markup.  Through the stderr console once it exists (progress bars
+    draw on it); before, written as that console would write it (tabs to 8 columns), without importing rich."""
+    if _consoles:
+        from billing_audit.inert import text
 
-    _console("err").print(text(line))
+        _console("err").print(text(line))
+        return
+    sys.stderr.write(_clean(line).expandtabs(8) + "\n")
+    sys.stderr.flush()
 
 
 def note(line: str) -> None:

@@ -375,8 +375,10 @@ def _hostile(report: Report) -> Report:
 
     jobs = names(report.jobs).with_columns(pl.col("reasons").list.concat(pl.lit([EVIL_REASON])))
     files = report.files.with_columns(pl.lit(EVIL_JOB).alias("file")) if report.files is not None else None
-    return replace(report, jobs=jobs, teams=names(report.teams), daily=names(report.daily), totals=names(report.totals),
-                   files=files, warnings=[EVIL_WARNING], period=EVIL_JOB)
+    out = replace(report, warnings=[EVIL_WARNING], period=EVIL_JOB)
+    out.jobs, out.teams, out.daily, out.totals = jobs, names(report.teams), names(report.daily), names(report.totals)
+    out.files = files
+    return out
 
 
 def test_untrusted_text_is_escaped_in_the_file(report: Report) -> None:
