@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import re
-import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -208,6 +207,8 @@ def load_config(path: str | Path | None) -> Config:
         if explicit:
             raise BillingAuditError(f"{file}: config file not found")
         return Config()
+    import tomllib  # here: a report without a config file needs none
+
     try:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

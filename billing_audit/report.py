@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from statistics import median
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import duckdb
@@ -528,11 +527,13 @@ ACCOUNT_SUMS = ["spot_compute_cost", "spot_unpriced_cost", "restart_fees", "othe
                 "storage_reread_cost", "checkpoint_egress_cost", "checkpoint_io_unlinked", "total_cost"]
 
 
-def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[str, Any]],
+                  events: dict[tuple[Any, ...], Decimal]) -> list[dict[str, Any]]:
     """The job rows of the aggregates on `con` split by billing account, every finance column summing back to its
     job row exactly: sums straight from the lines; the job's interruptions counted per account from the job's own
     source; its estimates shared by those interruptions (the last account of the row takes the remainder, so the
-    parts add up to the cent and below); savings and overhead derived per account as per job."""
+    parts add up to the cent and below); savings and overhead derived per account as per job.  `events`: the
+    interruption events counted (:func:`event_counts`, once for the job rows and these)."""
     cur = con.execute(account_sql(cfg))
     names = [d[0] for d in cur.description]
     parts: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
@@ -540,7 +541,6 @@ def _account_rows(con: duckdb.DuckDBPyConnection, cfg: Config, jobs: list[dict[s
         row = dict(zip(names, values, strict=True))
         parts.setdefault((row["job"], row["team"], row["provider"], row["currency"]), []).append(row)
     out: list[dict[str, Any]] = []
-    events = event_counts(con)
     for rows_ in parts.values():
         for r in rows_:
             r["event_count"] = events.get(tuple(r[c] for c in ACCOUNT_KEY), Decimal(0))
@@ -852,10 +852,11 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
 
         load_run(con, engine_run)
         _windows(con, cfg)
-        run_rows = _job_rows(con, cfg)
+        events = event_counts(con)
+        run_rows = _job_rows(con, cfg, events)
         return run_rows, _daily_rows(con, cfg), store.sql(
             "SELECT rule_id, category, CAST(sum(lines) AS BIGINT) AS lines FROM ba_fired GROUP BY ALL ORDER BY rule_id"
-        ), _account_rows(con, cfg, run_rows)
+        ), _account_rows(con, cfg, run_rows, events)
     # the stored groups, looked up once for every period prepared (they are current only after a completed tag run)
     stored = current_groups(con)
     if stored is None and completed_tag_run(con) is None:  # never tagged, a tag run that failed or was killed,
@@ -873,8 +874,9 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
         for p in periods:
             prepare(con, cfg, p, basis, current=stored)
             _windows(con, cfg)
-            mine = _job_rows(con, cfg)
-            accounts += _account_rows(con, cfg, mine)
+            events = event_counts(con)
+            mine = _job_rows(con, cfg, events)
+            accounts += _account_rows(con, cfg, mine, events)
             for r in mine:
                 checked = _derive(dict(r), cfg)  # budgets are per month: each period checks its own
                 r["period_breaches"] = [f"{p}: {b}" for b in checked["budget_breaches"]]
@@ -883,8 +885,10 @@ def _compute(store: Store, cfg: Config, period: str | None, basis: str,
             _carry(con)
         return _combine(jobs, cfg), daily, _rules_fired(store, None) if fired else None, _combine_accounts(accounts)
     prepare_period(store, cfg, period, basis, current=stored)
-    one = _job_rows(con, cfg)
-    return one, _daily_rows(con, cfg), _rules_fired(store, period) if fired else None, _account_rows(con, cfg, one)
+    events = event_counts(con)
+    one = _job_rows(con, cfg, events)
+    return one, _daily_rows(con, cfg), _rules_fired(store, period) if fired else None, _account_rows(con, cfg, one,
+                                                                                                    events)
 
 
 def measured_savings(row: dict[str, Any]) -> Decimal | None:
@@ -910,12 +914,13 @@ BASE_SUMS = ["interruptions", "spot_compute_cost", "on_demand_equivalent_cost", 
 SOURCES = ["events", "fee_lines", "signals", "inferred"]
 
 
-def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config) -> list[dict[str, Any]]:
-    """The job rows of the aggregates prepared on `con` (one period, or one engine run)."""
+def _job_rows(con: duckdb.DuckDBPyConnection, cfg: Config,
+              counts: dict[tuple[Any, ...], Decimal]) -> list[dict[str, Any]]:
+    """The job rows of the aggregates prepared on `con` (one period, or one engine run); `counts`: their
+    interruption events (:func:`event_counts`)."""
     rows = [dict(zip([d[0] for d in cur.description], r, strict=True))
             for cur in [con.execute(job_sql(cfg))] for r in cur.fetchall()]
     jobs = []
-    counts = event_counts(con)
     for row in rows:
         row["event_count"] = _row_events(counts, row)
         interruptions, source = _interruptions(row)
@@ -1204,6 +1209,13 @@ def _spike_what_if(jobs: list[dict[str, Any]], daily: list[dict[str, Any]]) -> N
                               f"{od:.2f} {cur} against {spot:.2f} {cur} on spot with its billed overhead ({verdict})")
 
 
+def _median(values: list[float]) -> float:
+    """The median (of an even count, the mean of the middle two), as polars and statistics.median have it."""
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
 def _daily(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per job and day (summed over periods): interruptions, overhead, spot cost and its on-demand price; spikes
     over 3x the median day (of the days the job ran or was interrupted; at least 1)."""
@@ -1222,7 +1234,7 @@ def _daily(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [days[k] for k in sorted(days, key=lambda k: tuple(_first(v) for v in k))]
     for mine in _group(out, ("job", "provider", "currency")).values():
         counted = [float(d["interruptions"]) for d in mine if d["ran"] or d["interruptions"] > 0]
-        bar = 3 * max(median(counted) if counted else 0.0, 1.0)
+        bar = 3 * max(_median(counted) if counted else 0.0, 1.0)
         for d in mine:
             del d["ran"]
             d["spike"] = float(d["interruptions"]) > bar

@@ -27,6 +27,7 @@ ROW_NUMBER, explicit GROUP BY), so other engines can run the same steps.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -258,8 +259,23 @@ def drop_groups(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
+# current_groups's answer per read-only connection: nothing can change the store under one (a writer cannot open
+# it while a reader has it open), and a report asks twice (its aggregates, its fee reconciliation)
+_CURRENT: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[str, str] | None] = weakref.WeakKeyDictionary()
+
+
 def current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
     """The stored groups, when they were built by the last tag run over exactly the lines stored now."""
+    if con in _CURRENT:
+        return _CURRENT[con]
+    found = _current_groups(con)
+    row = con.execute("SELECT current_setting('access_mode')").fetchone()
+    if row and row[0] == "read_only":
+        _CURRENT[con] = found
+    return found
+
+
+def _current_groups(con: duckdb.DuckDBPyConnection) -> tuple[str, str] | None:
     have = {r[0] for r in con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
         "AND table_name IN ('line_groups', 'line_group_keys', 'line_groups_meta', 'tag_runs')").fetchall()}
@@ -450,6 +466,7 @@ def aggregate_steps(groups: str, keys: str, period: str | None, basis: str,
     unpriced = "0" if basis == "list" else f"g.unpriced_{basis}"
     cat = "CASE g.rank " + " ".join(f"WHEN {i + 1} THEN '{c}'" for i, c in enumerate(CATEGORIES)) + " END"
     window_ranks = (FEE_RANK,) if sources_only else WINDOW_RANKS
+    run_key = "g.h, g.ah" if split else "g.h"
     joined = (f"{groups} g JOIN ba_attr t ON t.h = g.{'ah' if split else 'h'} JOIN {keys} k ON k.h = g.h "
               f"WHERE {period_filter(period)}")
     # split: each operand DECIMAL(37,12), so that their sum is DECIMAL(38,12) on Spark too (two DECIMAL(38,12) add
@@ -475,10 +492,14 @@ SELECT job, team, provider, currency, SUM(hm) AS spot_hours FROM (
   FROM {joined} AND g.rank = {SPOT_RANK} AND g.cps IS NOT NULL AND g.cpe IS NOT NULL
   GROUP BY t.job, t.team, k.provider, k.currency, g.cps, g.cpe) s
 GROUP BY job, team, provider, currency"""),
+        # each group's run first (by its hash, a few thousand: cheaper to group than by the row's texts)
         ("ba_spot_res", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, k.ResourceId AS ResourceId,
-       MIN(g.cps) AS s, MAX(g.cpe) AS e, MIN(k.BillingAccountId) AS account
-FROM {joined} AND g.rank = {SPOT_RANK} AND k.ResourceId IS NOT NULL AND t.job <> '{UNATTRIBUTED}'
+       MIN(g.s) AS s, MAX(g.e) AS e, MIN(k.BillingAccountId) AS account
+FROM (SELECT {run_key}, MIN(g.cps) AS s, MAX(g.cpe) AS e FROM {groups} g
+      WHERE {period_filter(period)} AND g.rank = {SPOT_RANK} GROUP BY {run_key}) g
+  JOIN ba_attr t ON t.h = g.{'ah' if split else 'h'} JOIN {keys} k ON k.h = g.h
+WHERE k.ResourceId IS NOT NULL AND t.job <> '{UNATTRIBUTED}'
 GROUP BY t.job, t.team, k.provider, k.currency, k.ResourceId"""),
         ("ba_win", f"""
 SELECT t.job AS job, t.team AS team, k.provider AS provider, k.currency AS currency, {cat} AS category,

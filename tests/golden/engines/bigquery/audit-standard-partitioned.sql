@@ -2363,20 +2363,28 @@ WITH gcp_fields AS (
     k.provider AS provider,
     k.currency AS currency,
     k.ResourceId AS ResourceId,
-    MIN(g.cps) AS s,
-    MAX(g.cpe) AS e,
+    MIN(g.s) AS s,
+    MAX(g.e) AS e,
     MIN(k.BillingAccountId) AS account
-  FROM line_groups AS g
+  FROM (
+    SELECT
+      g.h,
+      MIN(g.cps) AS s,
+      MAX(g.cpe) AS e
+    FROM line_groups AS g
+    WHERE
+      g.bps >= CAST('2026-09-17 00:00:00' AS DATETIME)
+      AND g.bps < CAST('2026-10-18 00:00:00' AS DATETIME)
+      AND g.rank = 6
+    GROUP BY
+      g.h
+  ) AS g
   JOIN ba_attr AS t
     ON t.h = g.h
   JOIN line_group_keys AS k
     ON k.h = g.h
   WHERE
-    g.bps >= CAST('2026-09-17 00:00:00' AS DATETIME)
-    AND g.bps < CAST('2026-10-18 00:00:00' AS DATETIME)
-    AND g.rank = 6
-    AND NOT k.ResourceId IS NULL
-    AND t.job <> '(unattributed)'
+    NOT k.ResourceId IS NULL AND t.job <> '(unattributed)'
   GROUP BY
     t.job,
     t.team,
