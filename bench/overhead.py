@@ -6,7 +6,8 @@ Writes the wall seconds of each, measured in process on the store ``bench/run.py
 
 - ``pricing_s``: what a tag run spends on the spot lines' on-demand equivalents (price references first, then the
   bill's own on-demand prices: :func:`billing_audit.pricing.build_spot_od`), run again inside a transaction that
-  is rolled back, so the store is left as it was;
+  is rolled back, so the store is left as it was; ``worked_out``: the spot lines it wrote (those the export does
+  not price);
 - ``windows_s``: what a report spends placing interruptions and restart windows in time (the statements that make
   the temp tables of :func:`billing_audit.report._windows` and the window rows ``ba_win``), out of ``report_s``,
   the whole report built in process.
@@ -69,7 +70,7 @@ def main() -> None:
         build_report(store, load_config(None), None, "effective")
         report_s = time.perf_counter() - started
         store.con = timed._con
-    out.write_text(json.dumps({"pricing_s": round(pricing_s, 3), "spot_lines": spot,
+    out.write_text(json.dumps({"pricing_s": round(pricing_s, 3), "worked_out": spot,
                                "windows_s": round(timed.windows, 3), "report_s": round(report_s, 3)}))
 
 

@@ -319,7 +319,9 @@ def _overhead_text(o: dict[str, Any]) -> str:
     if "pricing_s" not in o:
         return f"not measured ({o.get('failed', 'no figures')})"
     shares = ", ".join("-" if s is None else f"{s * 100:.1f}%" for s in o.get("shares_of_audit", []))
-    return (f"pricing {o['pricing_s']} s ({o['spot_lines']:,} spot lines) + windows {o['windows_s']} s "
+    worked = o.get("worked_out", o.get("spot_lines", 0))
+    return (f"pricing {o['pricing_s']} s ({worked:,} spot lines worked out, the rest priced by their export) "
+            f"+ windows {o['windows_s']} s "
             f"(of a {o['report_s']} s report) against that repetition's audit, {o.get('audit_s')} s; "
             f"every repetition: {shares}")
 

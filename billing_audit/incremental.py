@@ -258,8 +258,9 @@ class Plan:
             con.execute("CREATE OR REPLACE TEMP TABLE ba_pids AS SELECT x_LineItemId FROM ba_plines")
             con.execute("CREATE OR REPLACE TEMP TABLE ba_phits AS SELECT x_LineItemId, rule_id, category "
                         "FROM rule_hits SEMI JOIN ba_pids USING (x_LineItemId)")
-            keyed = pricing.spot_keyed_sql("ba_plines", "ba_phits")
-            slices = pricing.bill_slices_one_pass_sql("ba_plines", "(SELECT x_LineItemId FROM ba_spot)")
+            # (the spot lines to work out: those the export prices have no row in spot_od)
+            keyed = pricing.spot_keyed_sql("ba_plines", "ba_phits", export=False)
+            slices = pricing.bill_slices_one_pass_sql("ba_plines", pricing.spot_ids_keyed_sql("ba_phits"))
             if keyed is not None and slices is not None:
                 # the slices' spot lines with their keys in one pass by their hits (pricing.spot_keyed_sql: no
                 # categories grouped, no keys joined back), and the bill's slices in one pass over their lines
@@ -288,7 +289,8 @@ class Plan:
             # first, and neither moved: same lines, same references), so a moved bill price re-prices only the
             # lines priced from the bill or not priced at all.  Outside the priced slices a line's hits did not
             # move (a line whose hits moved put its slice in them: ba_touched), so one in spot_od is still a spot
-            # line (spot_od holds exactly the lines of category spot_compute after every run)
+            # line (spot_od holds exactly the lines of category spot_compute the export does not price after every
+            # run; a line's export price is the line's own, so those unchanged lines need no price again)
             con.execute(f"""CREATE OR REPLACE TEMP TABLE ba_moved AS
                 SELECT o.x_LineItemId, o.x_Provider, o.od_source, o.price_key, o.region, o.unit, o.currency, o.quantity,
                        o.od_cost AS was

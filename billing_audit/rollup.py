@@ -158,7 +158,8 @@ def groups_sql(hits: str = "rule_hits", od: str | None = "spot_od", lines: str =
     """Step 1 (DuckDB): the lines grouped by key hash, billing period, day, category and spot charge period;
     the categories from the relation ``hits`` (x_LineItemId, category) and the spot lines' on-demand equivalents
     from the relation ``od`` (x_LineItemId, od_cost: spot_od or some of its rows; None, a store tagged before
-    it: the export's), both by :func:`lookup_sql`.  ``lines``: the relation of lines grouped (default all;
+    it: the export's), both by :func:`lookup_sql`; a spot line without a row there is one the export prices
+    (spot_od holds those it does not: :mod:`billing_audit.pricing`), its own figure taken.  ``lines``: the relation of lines grouped (default all;
     :mod:`billing_audit.incremental`: some slices').  ``by_period``: the groups in billing-period order, so that
     a report of one period reads that period's row groups alone (DuckDB skips a row group whose min/max ``bps``
     is outside the period: :func:`period_filter`)."""
@@ -167,7 +168,7 @@ def groups_sql(hits: str = "rule_hits", od: str | None = "spot_od", lines: str =
     narrow = f"(SELECT {KEY_HASH} AS ba_h, l.* EXCLUDE (Tags) FROM {lines} l)"
     return f"""
 SELECT l.ba_h AS h, {", ".join(f"{e} AS {c}" for c, e in GROUP_COLUMNS)},
-       {measures(("effective", "billed"), "c.od_cost" if od is not None else None)}
+       {measures(("effective", "billed"), f"coalesce(c.od_cost, {export_od()})" if od is not None else None)}
 FROM {narrow} l LEFT JOIN {lookup_sql(hits, od)} c ON c.x_LineItemId = l.x_LineItemId
 GROUP BY 1, 2, 3, 4, 5, 6, 7{" ORDER BY 2" if by_period else ""}"""
 

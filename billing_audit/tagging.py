@@ -73,7 +73,8 @@ class TagResult:
 # search-index rule): a run recorded with another state key is redone.  2: checkpoint_slices kept per slice.
 # 3: the ingest drops the spot_od rows of the lines it removes (one full re-tag drops those an older one left).
 # 4: a bill-priced spot_od row holds no price_ref or price_as_of (pricing.line says them from spot_bill).
-TAG_STATE_VERSION = 4
+# 5: spot_od holds no row of a spot line the export prices (pricing.od_rows_sql gives it from the line).
+TAG_STATE_VERSION = 5
 
 
 def state_key(rules: Sequence[Rule], params: dict[str, Any], checkpoint: dict[str, Any] | None) -> str:

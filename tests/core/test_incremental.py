@@ -132,6 +132,8 @@ def _state(db: Path) -> dict[str, Any]:
         return {
             "hits": q("SELECT x_LineItemId, rule_id, category, reason FROM rule_hits ORDER BY ALL").fetchall(),
             "spot_od": q("SELECT * EXCLUDE (run_id) FROM spot_od ORDER BY ALL").fetchall(),
+            # every spot line's equivalent, with those the export prices (not stored: pricing.od_rows_sql)
+            "od_rows": q(f"SELECT * EXCLUDE (run_id) FROM ({pricing.od_rows_sql()}) ORDER BY ALL").fetchall(),
             "groups": q("SELECT * FROM line_groups ORDER BY ALL").fetchall(),
             "keys": q("SELECT * FROM line_group_keys ORDER BY ALL").fetchall(),
             "index": q("SELECT * FROM search_index ORDER BY ALL").fetchall(),
@@ -291,14 +293,15 @@ def test_a_moved_bill_price_prices_again_only_the_lines_priced_from_the_bill(tmp
     """September's spot lines have no on-demand price in the export (priced from the bill: p4d bought on demand in
     November), October's have one; November is delivered again with p4d bought at another price.  The run prices
     September's lines again (and matches a full rebuild, as _run checks) but not October's: an equivalent from the
-    export never reads the bill."""
+    export never reads the bill (nor is it stored: its row, from the line, keeps the run that tagged it)."""
     results = _run(tmp_path, [("deliver", 0, 1, 0), ("deliver", 1, 2, 9), ("deliver", 1, 2, 2)])
     last = results[-1]
     assert last.plan is not None and last.plan.changed == 1
     with billing_audit.open(tmp_path / "store.duckdb", read_only=True) as s:
-        rows = s.con.execute("""SELECT strftime(l.BillingPeriodStart, '%Y-%m') AS m, o.od_source, o.run_id = ? AS again,
-                count(*) FROM spot_od o JOIN line_items l USING (x_LineItemId) GROUP BY ALL ORDER BY ALL""",
+        rows = s.con.execute(f"""SELECT strftime(l.BillingPeriodStart, '%Y-%m') AS m, o.od_source, o.run_id = ? AS again,
+                count(*) FROM ({pricing.od_rows_sql()}) o JOIN line_items l USING (x_LineItemId) GROUP BY ALL ORDER BY ALL""",
                              [last.run_id]).fetchall()
+        assert s.con.execute("SELECT count(*) FROM spot_od WHERE od_source = 'export'").fetchone() == (0,)
     by = {(m, src, again): n for m, src, again, n in rows}
     assert by.get(("2026-09", "bill", True), 0) > 0 and ("2026-09", "bill", False) not in by  # November's new price
     assert by.get(("2026-10", "export", False), 0) > 0 and ("2026-10", "export", True) not in by
@@ -346,6 +349,9 @@ def test_a_re_delivery_drops_exactly_the_hits_and_equivalents_of_the_lines_it_re
     db, exports = tmp_path / "store.duckdb", tmp_path / "exports"
     _deliver(exports, 0, 0, 1)
     october = _month_rows(0, 1, 2)
+    for r in october:  # spot lines without the export's on-demand price: their equivalents are stored (spot_od)
+        if "SpotUsage" in str(r["line_item_usage_type"]):
+            r["pricing_public_on_demand_cost"] = 0.0
     first, second_rows = october[0::2], october[1::2]
     _write(exports, "cur-0", 1, [first, second_rows])
     with billing_audit.open(db) as s:

@@ -335,9 +335,18 @@ def test_the_spot_lines_with_their_keys_in_one_pass_are_those_of_the_keys_joined
         assert con.execute("SELECT count(*) FROM (SELECT * FROM ba_od_keyed EXCEPT ALL SELECT * FROM ba_spot_od) "
                            "UNION ALL SELECT count(*) FROM (SELECT * FROM ba_spot_od EXCEPT ALL "
                            "SELECT * FROM ba_od_keyed)").fetchall() == [(0,), (0,)]
-        assert con.execute("SELECT count(*) FROM ba_spot_od").fetchone() == (spot_after,)
+        # the rows are those of the spot lines the export does not price; those it prices are said from the line
+        # (pricing.export_rows_sql), by both ways of picking the spot lines alike, and both together are every one
+        cats = f"({pricing.categories_sql()})"
+        by_export = con.execute(f"SELECT count(*) FILTER (WHERE export_od IS NOT NULL) FROM "
+                                f"({pricing.spot_sql('line_items', cats)})").fetchone()[0]
+        assert con.execute("SELECT count(*) FROM ba_spot_od").fetchone() == (spot_after - by_export,)
+        exported = pricing.export_rows_sql()
+        assert con.execute(f"SELECT count(*) FROM ({exported})").fetchone() == (by_export,)
+        assert con.execute(f"SELECT count(*) FROM ({exported}) WHERE od_source <> 'export' OR od_cost IS NULL "
+                           "OR NOT (od_cost > 0) OR price_ref NOT LIKE 'the export: %'").fetchone() == (0,)
         # a tag run writes them into spot_od in the one statement: the same rows, with its run id
-        assert pricing.build_spot_od(con, 424242) == spot_after
+        assert pricing.build_spot_od(con, 424242) == spot_after - by_export
         assert con.execute("SELECT count(*) FROM (SELECT * FROM ba_od_keyed EXCEPT ALL SELECT * EXCLUDE (run_id) "
                            "FROM spot_od) UNION ALL SELECT count(*) FROM (SELECT * EXCLUDE (run_id) FROM spot_od "
                            "EXCEPT ALL SELECT * FROM ba_od_keyed) UNION ALL SELECT count(*) FROM spot_od "

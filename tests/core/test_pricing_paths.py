@@ -18,11 +18,13 @@ SETS = [["aws"], ["azure"], ["gcp"], ["focus"], ["scenarios"], ["aws", "azure", 
 
 
 def _priced(con: Any, run_id: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """spot_od and spot_bill as build_spot_od writes them now (rolled back after)."""
+    """Every spot line's equivalent (spot_od as build_spot_od writes it now, with the export-priced lines it does
+    not hold: pricing.od_rows_sql) and spot_bill (rolled back after)."""
     con.execute("BEGIN TRANSACTION")
     try:
         pricing.build_spot_od(con, run_id)
-        od = con.execute("SELECT * EXCLUDE (run_id) FROM spot_od ORDER BY ALL").fetchall()
+        assert con.execute("SELECT count(*) FROM spot_od WHERE od_source = 'export'").fetchone() == (0,)
+        od = con.execute(f"SELECT * EXCLUDE (run_id) FROM ({pricing.od_rows_sql()}) ORDER BY ALL").fetchall()
         bill = con.execute("SELECT * EXCLUDE (run_id) FROM spot_bill ORDER BY ALL").fetchall()
     finally:
         con.execute("ROLLBACK")
