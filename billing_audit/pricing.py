@@ -518,6 +518,16 @@ def _spot_hits(hits: str) -> tuple[str, str]:
             f"(SELECT x_LineItemId FROM {hits} WHERE category IN ({before}))")
 
 
+def spot_lines_sql(columns: str, lines: str = "line_items", hits: str = "rule_hits", export: bool | None = None) -> str:
+    """``columns`` (over alias ``l``) of the spot lines of ``lines`` by the categories of ``hits``, as
+    :func:`spot_keyed_sql` picks them (``export`` as there), without their keys."""
+    spot, earlier = _spot_hits(hits)
+    return f"""
+        SELECT {columns} FROM {lines} l
+        SEMI JOIN {spot} s ON s.x_LineItemId = l.x_LineItemId
+        ANTI JOIN {earlier} h ON h.x_LineItemId = l.x_LineItemId{_export_test(export)}"""
+
+
 def spot_ids_keyed_sql(hits: str = "rule_hits") -> str:
     """The ids of the lines :func:`spot_keyed_sql` gives over every line: from the hits alone (a hit's line is
     stored: an ingest that removes lines removes their hits)."""
@@ -881,14 +891,23 @@ def coverage(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     from each source (from the last tag run's ``spot_od`` and the lines the export prices: :func:`od_rows_sql`)."""
     if not _has(con, "spot_od"):
         return []
-    cur = con.execute(f"""SELECT o.x_Provider AS provider, l.BillingCurrency AS currency, count(*) AS spot_lines,
-        sum(l.EffectiveCost) AS spot_cost,
-        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'export'), 0) AS priced_by_export,
-        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'reference'), 0) AS priced_by_reference,
-        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'bill'), 0) AS priced_by_bill,
-        coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source IS NULL), 0) AS unpriced,
+    # the stored rows joined to their lines, and the lines the export prices by themselves (their keys are not
+    # needed here: od_rows_sql's rows joined back to their lines ran out of memory at 10M lines)
+    exported = spot_lines_sql("l.x_LineItemId, l.x_Provider, l.BillingCurrency, l.EffectiveCost", export=True)
+    cur = con.execute(f"""WITH o AS (
+          SELECT o.x_Provider, o.od_source, l.BillingCurrency, l.EffectiveCost
+          FROM spot_od o JOIN line_items l ON l.x_LineItemId = o.x_LineItemId
+          UNION ALL
+          SELECT e.x_Provider, 'export', e.BillingCurrency, e.EffectiveCost
+          FROM ({exported}) e ANTI JOIN spot_od o ON o.x_LineItemId = e.x_LineItemId)
+        SELECT o.x_Provider AS provider, o.BillingCurrency AS currency, count(*) AS spot_lines,
+        sum(o.EffectiveCost) AS spot_cost,
+        coalesce(sum(o.EffectiveCost) FILTER (WHERE o.od_source = 'export'), 0) AS priced_by_export,
+        coalesce(sum(o.EffectiveCost) FILTER (WHERE o.od_source = 'reference'), 0) AS priced_by_reference,
+        coalesce(sum(o.EffectiveCost) FILTER (WHERE o.od_source = 'bill'), 0) AS priced_by_bill,
+        coalesce(sum(o.EffectiveCost) FILTER (WHERE o.od_source IS NULL), 0) AS unpriced,
         count(*) FILTER (WHERE o.od_source IS NULL) AS unpriced_lines
-        FROM ({od_rows_sql()}) o JOIN line_items l ON l.x_LineItemId = o.x_LineItemId GROUP BY ALL ORDER BY ALL""")
+        FROM o GROUP BY ALL ORDER BY ALL""")
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 

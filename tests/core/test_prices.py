@@ -171,6 +171,29 @@ def test_prices_list_shows_references_and_coverage(tagged: Path) -> None:
         7, D("27.54"), D("0"), D("18.36"), D("1.836"), D("7.344"), 2)
 
 
+@pytest.mark.parametrize("folder", ["aws/cur-legacy-parquet", "scenarios"])
+def test_coverage_counts_the_spot_lines_the_export_prices_which_spot_od_does_not_hold(db: Path, folder: str) -> None:
+    """spot_od holds no row of a spot line the export prices; prices list's coverage still counts every spot line
+    (by the categories), and its sums are those of every line's equivalent (pricing.od_rows_sql) by source."""
+    with billing_audit.open(db) as s:
+        assert not s.ingest([FIXTURES / folder]).errors
+        s.tag()
+        con = s.con
+        assert con.execute("SELECT count(*) FROM spot_od WHERE od_source = 'export'").fetchone() == (0,)
+        expected = con.execute(f"""SELECT o.x_Provider, l.BillingCurrency, count(*), sum(l.EffectiveCost),
+                coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'export'), 0),
+                coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'reference'), 0),
+                coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source = 'bill'), 0),
+                coalesce(sum(l.EffectiveCost) FILTER (WHERE o.od_source IS NULL), 0),
+                count(*) FILTER (WHERE o.od_source IS NULL)
+            FROM ({pricing.od_rows_sql()}) o JOIN line_items l USING (x_LineItemId) GROUP BY ALL ORDER BY ALL""").fetchall()
+        spot = con.execute("SELECT count(*) FROM line_categories WHERE category = 'spot_compute'").fetchone()[0]
+        cov = pricing.coverage(con)
+    assert [tuple(c.values()) for c in cov] == expected
+    assert sum(c["spot_lines"] for c in cov) == spot > 0
+    assert any(c["priced_by_export"] > 0 for c in cov)
+
+
 def test_explain_says_how_the_on_demand_equivalent_was_found(tagged: Path) -> None:
     with billing_audit.open(tagged, read_only=True) as store:
         ids = dict(store.con.execute(
