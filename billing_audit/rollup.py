@@ -159,10 +159,10 @@ def groups_sql(hits: str = "rule_hits", od: str | None = "spot_od", lines: str =
     the categories from the relation ``hits`` (x_LineItemId, category) and the spot lines' on-demand equivalents
     from the relation ``od`` (x_LineItemId, od_cost: spot_od or some of its rows; None, a store tagged before
     it: the export's), both by :func:`lookup_sql`; a spot line without a row there is one the export prices
-    (spot_od holds those it does not: :mod:`billing_audit.pricing`), its own figure taken.  ``lines``: the relation of lines grouped (default all;
-    :mod:`billing_audit.incremental`: some slices').  ``by_period``: the groups in billing-period order, so that
-    a report of one period reads that period's row groups alone (DuckDB skips a row group whose min/max ``bps``
-    is outside the period: :func:`period_filter`)."""
+    (spot_od holds those it does not: :mod:`billing_audit.pricing`), its own figure taken.  ``lines``: the
+    relation of lines grouped (default all; :mod:`billing_audit.incremental`: some slices').  ``by_period``: the
+    groups in billing-period order, so that a report of one period reads that period's row groups alone (DuckDB
+    skips a row group whose min/max ``bps`` is outside the period: :func:`period_filter`)."""
     # the key is hashed before the joins, so that the rows the joins carry (and spill, past the memory limit) hold
     # the hash rather than the tag map and the resource and account names: 10M lines, 24 s -> 7.7 s under 600 MB
     narrow = f"(SELECT {KEY_HASH} AS ba_h, l.* EXCLUDE (Tags) FROM {lines} l)"
