@@ -491,12 +491,10 @@ def spot_keyed_sql(lines: str = "line_items", hits: str = "rule_hits", export: b
         f"CAST(CASE WHEN l.ba_keyed THEN (CASE l.x_Provider {' '.join(w)} END) END AS {types.get(c, 'VARCHAR')}) AS {c}"
         if w else f"NULL::{types.get(c, 'VARCHAR')} AS {c}"
         for c, w in cases.items())
-    spot, earlier = _spot_hits(hits)
+    picked = spot_lines_sql(f"l.*, coalesce({keyed}, FALSE) AS ba_keyed", lines, hits, export)
     return f"""
         SELECT {_spot_columns()}, {cols}
-        FROM (SELECT l.*, coalesce({keyed}, FALSE) AS ba_keyed FROM {lines} l
-              SEMI JOIN {spot} s ON s.x_LineItemId = l.x_LineItemId
-              ANTI JOIN {earlier} h ON h.x_LineItemId = l.x_LineItemId) l{_export_test(export)}"""
+        FROM ({picked}) l"""
 
 
 def _export_test(export: bool | None, alias: str = "l") -> str:
@@ -650,9 +648,10 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
     # the bill's slices in one pass over the lines the keys are (or would be) made from, not from the keys
     whole = (bill_slices_one_pass_sql(lines if made_keys else "line_items", spot)
              if bill is None and spot is not None else None)
-    # the spot lines with their keys in one pass, when nothing else needs the keys or the categories
-    keyed = (spot_keyed_sql(lines) if cats is None and made_keys and (bill is not None or whole is not None)
-             else None)
+    # the spot lines to work out (the export prices the rest: not stored) with their keys in one pass, when nothing
+    # else needs the keys or the categories
+    keyed = (spot_keyed_sql(lines, export=False)
+             if cats is None and made_keys and (bill is not None or whole is not None) else None)
     if keyed is not None and whole is not None and lines == "line_items" and not _any_rows(con, "price_references"):
         # Every line priced, the bill's prices made here and no price reference to pick: the spot lines are read
         # once, by the INSERT into spot_od, rather than made into a temp table first (10M lines, 3.0M spot: that
@@ -660,12 +659,12 @@ def classify(con: duckdb.DuckDBPyConnection, lines: str = "line_items", bill: st
         slices = bill_slices_one_pass_sql(lines, spot_ids_keyed_sql())
         assert slices is not None  # made above from the same parts
         con.execute(f"CREATE OR REPLACE TEMP TABLE ba_bill_slices AS {slices}")
-        _price_spot(con, f"({spot_keyed_sql(lines, export=False)})", None, "ba_bill_slices", run_id, refs=False)
+        _price_spot(con, f"({keyed})", None, "ba_bill_slices", run_id, refs=False)
         return
     if keyed is not None:
         # the spot lines to work out (those the export prices are not stored); the bill's slices leave out
         # every spot line, by their hits
-        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {spot_keyed_sql(lines, export=False)}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE ba_spot AS {keyed}")
         slices = None if whole is None else bill_slices_one_pass_sql(lines, spot_ids_keyed_sql())
     else:
         cats = cats or f"({categories_sql()})"
