@@ -54,7 +54,9 @@ SPOT_RANK = CATEGORIES.index("spot_compute") + 1
 FEE_RANK = CATEGORIES.index("restart_fee") + 1
 # what restart windows look at by charge period: the fees, checkpoint re-reads and egress (and signal lines)
 WINDOW_RANKS = tuple(CATEGORIES.index(c) + 1 for c in ("restart_fee", "storage_reread", "checkpoint_egress"))
-GROUPS_VERSION = 3  # 2: the charge period is kept for the restart-window lines too; 3: "10 Hours" / "100 Hours" scale the spot hours (older groups are rebuilt)
+# 2: the charge period is kept for the restart-window lines too; 3: "10 Hours" / "100 Hours" scale the spot hours;
+# 4: the search index's description and usage type are in search_texts (older groups and indexes are rebuilt)
+GROUPS_VERSION = 4
 
 KEY_COLUMNS = ["x_Provider", "BillingCurrency", "ResourceId", "ResourceName", "SubAccountId", "BillingAccountId", "Tags"]
 KEY_HASH = "hash(" + ", ".join(f"l.{c}" for c in KEY_COLUMNS) + ")"

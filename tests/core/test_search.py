@@ -207,3 +207,37 @@ def test_the_search_index_answers_exactly_as_the_lines(db: Path, tmp_path: Path,
     assert json.dumps(indexed, default=str) == json.dumps(scanned, default=str)
     if query == "spot restart":
         assert indexed["groups"]
+
+
+def test_an_index_of_the_previous_layout_is_not_read_and_the_next_tag_run_rebuilds_it(db: Path, tmp_path: Path) -> None:
+    """Line groups of version 3 came with a search index whose rows carried the description and usage type
+    (search_texts did not): such a store answers from its lines until the next tag run, which writes the index
+    of today's layout; the answers are the same throughout."""
+    import shutil
+
+    from billing_audit import rollup
+    from billing_audit.search import search
+
+    copy = tmp_path / "old.duckdb"
+    shutil.copy(db, copy)
+    with billing_audit.open(copy) as store:
+        now = search(store, "spot restart").to_dict()
+        con = store.con
+        # the previous layout, as version 3 wrote it
+        con.execute("CREATE OR REPLACE TABLE search_index AS SELECT x.h, x.provider, t.description, t.usage_type, "
+                    "x.* EXCLUDE (h, provider) FROM search_index x JOIN search_texts t USING (h)")
+        con.execute("CREATE OR REPLACE TABLE search_texts AS SELECT h, norm FROM search_texts")
+        con.execute("UPDATE line_groups_meta SET version = 3")
+    with billing_audit.open(copy) as store:
+        assert rollup.current_groups(store.con) is None
+        old = search(store, "spot restart").to_dict()
+        result = store.tag()
+        assert not result.unchanged and result.plan is None  # groups of an older version are rebuilt whole
+        assert rollup.current_groups(store.con) is not None
+        cols = [r[0] for r in store.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
+                                                "'search_texts' ORDER BY column_index").fetchall()]
+        assert cols == ["h", "description", "usage_type", "norm"]
+        again = search(store, "spot restart").to_dict()
+    for d in (now, old, again):
+        d.pop("generated_at")
+    assert now["groups"] and json.dumps(now, default=str) == json.dumps(old, default=str) == json.dumps(again, default=str)
