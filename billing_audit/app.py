@@ -643,6 +643,20 @@ def audit_dry_run(paths: Sequence[str | Path], engine: str, engine_options: Engi
     return text
 
 
+def _warm(tags: bool) -> list[Any] | None:
+    """What :func:`audit` needs after the ingest, readied beside it: the built-in rules (when it tags) and the
+    report's modules."""
+    import billing_audit.html
+    import billing_audit.report
+    import billing_audit.tagging  # noqa: F401
+
+    if not tags:
+        return None
+    from billing_audit.rules import load_rules
+
+    return load_rules().rules
+
+
 def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "audit-report", config_path: str | None = None,
           period: str | None = None, basis: str = "effective", engine: str = "duckdb",
           engine_options: EngineOptions | None = None, progress: Progress | None = None,
@@ -654,10 +668,10 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
     ``on_ingested`` is called with the ingest's report before the tagging starts; ``follow_outside`` as for
     :func:`ingest`.  The tag step redoes nothing when nothing changed since the last tag run (``result.tagged``
     says so) unless ``force``."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from billing_audit import inert, outputs
     from billing_audit.config import load_config
-    from billing_audit.html import render_html
-    from billing_audit.report import build_report
 
     check_period(period)
     _missing(paths)
@@ -676,18 +690,27 @@ def audit(db: str | Store, paths: Sequence[str | Path], out_dir: str | Path = "a
         raise BillingAuditError(f"{uris[0]}: a lake URI: only --engine spark --source raw reads the exports where "
                                 "they are; local ingest reads local files (copy them here first, or `billing-audit "
                                 "pull` them); nothing was audited")
-    ingested = IngestReport() if reads_paths else ingest(db, paths, progress, config_path, wait=wait, on_wait=on_wait,
-                                                         follow_outside=follow_outside)
-    if on_ingested:
-        on_ingested(ingested)
-    run: EngineRun | None = None
-    tagged = None
-    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store:
+    # the store opened once for the ingest, the tagging and the report (each open of a large store costs)
+    with _opened(db, read_only=False, wait=wait, on_wait=on_wait) as store, \
+            ThreadPoolExecutor(1, thread_name_prefix="ba-warm") as pool:
+        # the rule pack parsed and the report's modules imported while DuckDB ingests (single-threaded Python
+        # work that would otherwise wait for the ingest, then hold up the tagging and the report)
+        pack = pool.submit(_warm, engine == "duckdb")
+        ingested = IngestReport() if reads_paths else ingest(store, paths, progress, config_path,
+                                                             follow_outside=follow_outside)
+        rules = pack.result()
+        from billing_audit.html import render_html
+        from billing_audit.report import build_report
+
+        if on_ingested:
+            on_ingested(ingested)
+        run: EngineRun | None = None
+        tagged = None
         if engine != "duckdb":  # rules, attribution and aggregation on the engine; always a fresh run
             res = _engine_report(store, cfg, period, basis, engine, engine_options, reuse=False)
             rep, run = res.report, res.engine_run
         else:
-            tagged = store.tag(checkpoint=cfg.checkpoint_settings(), force=force)
+            tagged = store.tag(rules, checkpoint=cfg.checkpoint_settings(), force=force)
             rep = build_report(store, cfg, period, basis)
         as_of = data_as_of(store, period)
     folder = Path(out_dir)
