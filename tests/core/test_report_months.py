@@ -255,3 +255,25 @@ def test_the_previous_periods_narrow_aggregates_choose_the_same_interruption_sou
     assert got[False][1]  # the period holds interruptions to link with
     if period == "2027-01":  # mu's fee line, nu's notices, xi's churn
         assert {r[-1] for r in got[False][0] if r[0] in ("mu", "nu", "xi")} == {"fee_lines", "signals", "inferred"}
+
+
+def test_the_rules_fired_of_each_period_count_that_periods_hits_and_add_up_to_the_stores(store_path: Path) -> None:
+    """The rules fired of one period read the hits between the period's smallest and largest line id (storage
+    skips the rest): the counts are those of a plain join of the hits to the period's lines, and the two months
+    add up to the whole store's."""
+    from billing_audit.report import _rules_fired
+
+    with billing_audit.open(store_path, read_only=True) as store:
+        whole = {r[0]: r[2] for r in _rules_fired(store, None).iter_rows()}
+        by_month = {}
+        for period in ("2027-01", "2027-02"):
+            got = {r[0]: r[2] for r in _rules_fired(store, period).iter_rows()}
+            plain = dict(store.con.execute(
+                "SELECT h.rule_id, count(*) FROM rule_hits h JOIN line_items l USING (x_LineItemId) "
+                "WHERE strftime(date_trunc('month', l.BillingPeriodStart + INTERVAL 14 DAY), '%Y-%m') = ? "
+                "GROUP BY 1", [period]).fetchall())
+            assert got == plain and got, period
+            by_month[period] = got
+        nothing = _rules_fired(store, "2026-06")  # a month the store does not hold
+    assert nothing.height == 0
+    assert {r: by_month["2027-01"].get(r, 0) + by_month["2027-02"].get(r, 0) for r in whole} == whole
