@@ -644,14 +644,14 @@ def audit_dry_run(paths: Sequence[str | Path], engine: str, engine_options: Engi
 
 
 def _warm(tags: bool) -> list[Any] | None:
-    """What :func:`audit` needs after the ingest, readied beside it: the built-in rules (when it tags) and the
-    report's modules."""
+    """What :func:`audit` needs after the ingest, readied beside it: the report's modules, and the built-in rules
+    with the tagging module (when it tags locally)."""
     import billing_audit.html
-    import billing_audit.report
-    import billing_audit.tagging  # noqa: F401
+    import billing_audit.report  # noqa: F401
 
     if not tags:
         return None
+    import billing_audit.tagging  # noqa: F401
     from billing_audit.rules import load_rules
 
     return load_rules().rules
