@@ -143,10 +143,14 @@ def side_connection(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyC
 
 
 def fingerprint(path: Path) -> str:
+    """sha256 of the file's bytes, read in 8 MiB pieces into one buffer (the GIL is taken back once per piece:
+    with 1 MiB pieces, a thread parsing Python alongside made the hashing of 86 MiB take 0.3 s, not 0.1 s)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    buf = bytearray(1 << 23)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 

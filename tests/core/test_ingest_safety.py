@@ -587,3 +587,17 @@ def test_a_wide_files_record_past_its_line_bound_is_named_by_row(tmp_path: Path)
     assert f"{csv_file}, row 3: " in r.output and f"Maximum line size of {reader.WIDE_MAX_LINE} bytes exceeded" in r.output
     assert "Traceback" not in r.output
     assert _lines(db) == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 23) - 1, 1 << 23, (1 << 23) * 2 + 5])
+def test_a_files_fingerprint_is_the_sha256_of_all_its_bytes(tmp_path: Path, size: int) -> None:
+    """The fingerprint reads the file in pieces into one buffer: every size, across and at the piece's edge, gives
+    the digest of the whole file (a piece read short or a stale tail of the buffer would change it)."""
+    import hashlib
+
+    from billing_audit.reader import fingerprint
+
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+    path = tmp_path / "export.parquet"
+    path.write_bytes(data)
+    assert fingerprint(path) == hashlib.sha256(data).hexdigest()
