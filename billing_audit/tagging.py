@@ -488,7 +488,8 @@ def run_rules(
                         {"ids": recorded or [""], "local": local_ids or [""]})
             if local_ids:  # the hits of lines that are gone went with them (the ingest that removed them)
                 con.execute("DELETE FROM rule_hits WHERE list_contains($local, rule_id) AND x_LineItemId IN "
-                            "(SELECT x_LineItemId FROM ba_dirty_lines)", {"local": local_ids})
+                            f"(SELECT x_LineItemId FROM ba_dirty_lines) AND {incremental.IN_IDS.format(t='rule_hits')}",
+                            {"local": local_ids, **incremental.id_bounds(con, "ba_dirty_lines")})
             con.execute("DROP TABLE IF EXISTS ba_dirty_lines")  # read no more: its memory is the run's
         else:
             if stale:
