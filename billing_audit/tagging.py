@@ -353,6 +353,39 @@ def _fusable(tree: exp.Expression) -> tuple[exp.Expression, exp.Expression] | No
     return cond, reason
 
 
+# A scan fuses at most this many rules into one bit mask (a BIGINT's bits); more are fused without one.
+MASK_RULES = 62
+
+
+def fused_scan_sql(part: Sequence[tuple[Rule, exp.Expression, exp.Expression]], source: str) -> str:
+    """One scan of ``source`` (the lines, named ``line_items``, perhaps joined to the memo ``ba_m``) for the fused
+    rules ``part`` (rule, condition, reason): a row (x_LineItemId, h) per hit, ``h`` the struct of rule id, category
+    and reason.  Each line's conditions are evaluated once, into a bit mask; only the lines some rule hits (about
+    two in five of a bill) then build the list of hits and their reasons (1M lines: the scan 0.68-0.71 -> 0.47-0.62
+    s, the same hits).  A condition that is NULL is not a hit, as in a CASE."""
+    if len(part) > MASK_RULES:
+        cases = [f"CASE WHEN ({cond.sql(dialect='duckdb')}) THEN {_hit_struct(r, reason)} END" for r, cond, reason in part]
+        return (f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
+                f"FROM {source}")
+    mask = " + ".join(f"(CASE WHEN ({cond.sql(dialect='duckdb')}) THEN {1 << i} ELSE 0 END)"
+                      for i, (_, cond, _) in enumerate(part))
+    cases = []
+    for i, (r, _, reason) in enumerate(part):
+        # the memo's columns are the subquery's own below (named line_items), as the line's are
+        reason = reason.copy()
+        for col in reason.find_all(exp.Column):
+            if col.table == "ba_m":
+                col.set("table", exp.to_identifier("line_items"))
+        cases.append(f"CASE WHEN (ba_mask & {1 << i}) <> 0 THEN {_hit_struct(r, reason)} END")
+    return (f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
+            f"FROM (SELECT *, CAST({mask} AS BIGINT) AS ba_mask FROM {source}) AS line_items WHERE ba_mask <> 0")
+
+
+def _hit_struct(r: Rule, reason: exp.Expression) -> str:
+    return (f"{{'rule_id': '{r.id}', 'category': '{r.category}', "
+            f"'reason': CAST(({reason.sql(dialect='duckdb')}) AS VARCHAR)}}")
+
+
 @contextlib.contextmanager
 def _fused_errors(timeout: float) -> Iterator[None]:
     """The fused scan's DuckDB errors as one message each: stopped by the rule timeout, or failed."""
@@ -507,19 +540,10 @@ def run_rules(
                 if memo is not None:
                     part, source = memo
             bound: dict[str, Any] = {"run_id": run_id}
-            cases = []
-            for r, cond, reason in part:
+            for r, _, _ in part:
                 bound.update(_bind(r, params))
-                cases.append(
-                    f"CASE WHEN ({cond.sql(dialect='duckdb')}) THEN "
-                    f"{{'rule_id': '{r.id}', 'category': '{r.category}', "
-                    f"'reason': CAST(({reason.sql(dialect='duckdb')}) AS VARCHAR)}} END"
-                )
-            sql = (
-                "INSERT INTO rule_hits SELECT x_LineItemId, h.rule_id, h.category, h.reason, $run_id FROM ("
-                f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
-                f"FROM {source})"
-            )
+            sql = "INSERT INTO rule_hits SELECT x_LineItemId, h.rule_id, h.category, h.reason, $run_id FROM " \
+                  f"({fused_scan_sql(part, source)})"
             used = {k: v for k, v in bound.items() if f"${k}" in sql}
             with _fused_errors(timeout):
                 con.execute(sql, used)

@@ -127,3 +127,36 @@ def test_calls_outside_the_description_columns_stay_in_the_scan() -> None:
     assert call("regexp_matches(x_UsageType, $pattern)") is None  # a bound pattern
     assert call("regexp_matches(x_UsageType || CAST(BilledCost AS VARCHAR), 'x')") is None
     assert call("regexp_matches(replace(x_UsageType, 'a', 'b'), 'x')") is None  # not a plain string function
+
+
+def test_the_scan_without_its_bit_mask_hits_the_same(stocked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More fused rules than a mask holds are scanned as before the mask: the same hits, reasons included."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    masked, unmasked = _copy(stocked, tmp_path / "a"), _copy(stocked, tmp_path / "b")
+    _tag(masked, monkeypatch, memo=True)
+    monkeypatch.setattr(tagging, "MASK_RULES", 0)
+    _tag(unmasked, monkeypatch, memo=True)
+    assert _hits(masked) == _hits(unmasked) != set()
+
+
+@pytest.mark.parametrize("mask_rules", [tagging.MASK_RULES, 0])
+def test_a_memo_column_in_a_reason_is_read_in_the_masked_scan(monkeypatch: pytest.MonkeyPatch, mask_rules: int) -> None:
+    """A reason that reads the memo (ba_m) reads it on the masked scan's rows too; NULL conditions are no hit."""
+    import sqlglot
+
+    monkeypatch.setattr(tagging, "MASK_RULES", mask_rules)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE line_items AS SELECT * FROM (VALUES ('l1', 'SpotUsage:p4d'), ('l2', 'BoxUsage:p4d'), "
+                "('l3', NULL)) t(x_LineItemId, x_UsageType)")
+    con.execute("CREATE TABLE ba_memo AS SELECT * FROM (VALUES ('SpotUsage:p4d', true), ('BoxUsage:p4d', false), "
+                "(NULL, NULL)) t(ba_d0, ba_m0)")
+    first, second = load_rules().rules[:2]
+    part = [(first, sqlglot.parse_one("ba_m.ba_m0", read="duckdb"),
+             sqlglot.parse_one("'spot ' || CAST(ba_m.ba_m0 AS VARCHAR) || ' ' || line_items.x_UsageType", read="duckdb")),
+            (second, sqlglot.parse_one("NOT ba_m.ba_m0", read="duckdb"),
+             sqlglot.parse_one("'not spot: ' || x_UsageType", read="duckdb"))]
+    source = "line_items LEFT JOIN ba_memo ba_m ON line_items.x_UsageType IS NOT DISTINCT FROM ba_m.ba_d0"
+    rows = con.execute(f"SELECT x_LineItemId, h.rule_id, h.reason FROM ({tagging.fused_scan_sql(part, source)}) "
+                       "ORDER BY 1").fetchall()
+    assert rows == [("l1", first.id, "spot true SpotUsage:p4d"), ("l2", second.id, "not spot: BoxUsage:p4d")]
