@@ -371,8 +371,33 @@ def read_pricing_export(path: Path) -> Iterator[PriceRef]:
         yield from _export_prices(r, file, counts)
 
 
+def _footer_may_name(path: Path, names: tuple[bytes, ...], any_of: tuple[bytes, ...]) -> bool:
+    """Whether a parquet file's footer may name these columns (each of ``names`` and one of ``any_of``): the footer
+    holds the column names as plain UTF-8, so one without them is not of a format that needs them.  A cheap test
+    before the schema is read (every parquet export is sniffed: reading its schema took 0.1 s, pyarrow imported);
+    True whenever the footer cannot be read so (encrypted, short): the schema then decides."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            if size < 12:
+                return True
+            f.seek(size - 8)
+            tail = f.read(8)
+            length = int.from_bytes(tail[:4], "little")
+            if tail[4:] != b"PAR1" or length > size - 12:
+                return True
+            f.seek(size - 8 - length)
+            footer = f.read(length)
+    except OSError:
+        return True
+    return all(n in footer for n in names) and any(n in footer for n in any_of)
+
+
 def sniff_pricing_export(path: Path, head: bytes) -> bool:
     if head[:4] == b"PAR1":
+        if not _footer_may_name(path, (b"sku", b"list_price"), (b"pricing_as_of_time", b"export_time")):
+            return False
         try:
             import pyarrow.parquet as pq
 

@@ -75,6 +75,28 @@ def test_each_price_file_is_recognised_as_its_format_only(tmp_path: Path) -> Non
     assert _fmt(other) == []
 
 
+def test_a_parquet_footer_decides_only_what_it_cannot_hold(tmp_path: Path) -> None:
+    """The footer's bytes rule out a parquet file that cannot be a pricing export without reading its schema; one
+    whose footer holds the names only inside other names, or whose footer is unreadable, is still decided by its
+    schema (not a price file), and the export's own parquet still is one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lookalike = tmp_path / "lookalike.parquet"
+    pq.write_table(pa.table({"sku_id": ["a"], "list_price_usd": [1.0], "export_time_utc": ["x"]}), lookalike)
+    assert prices._footer_may_name(lookalike, (b"sku", b"list_price"), (b"export_time",))
+    assert _fmt(lookalike) == []
+    cur = next((FIXTURES / "aws" / "cur2").rglob("*.parquet"))  # (a GCP billing export names them all: read)
+    assert not prices._footer_may_name(cur, (b"sku", b"list_price"), (b"pricing_as_of_time", b"export_time"))
+    assert _fmt(cur) == []
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1" + b"\0" * 64 + b"\xff\xff\xff\x7fPAR1")  # a footer longer than the file
+    assert prices._footer_may_name(broken, (b"sku",), (b"x",)) and _fmt(broken) == []
+    export = tmp_path / "cloud_pricing_export-000000000000.parquet"
+    _gen().write_pricing_parquet(_gen().pricing_export_rows(), export)
+    assert prices._footer_may_name(export, (b"sku", b"list_price"), (b"pricing_as_of_time", b"export_time"))
+
+
 # -- the pricing export ----------------------------------------------------------------------------------------
 
 
