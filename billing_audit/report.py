@@ -47,7 +47,7 @@ from billing_audit.rollup import (
     prepare,
 )
 from billing_audit.sql import lit
-from billing_audit.store import PERIOD, Store
+from billing_audit.store import PERIOD, Store, has_relation
 
 if TYPE_CHECKING:
     import polars as pl
@@ -598,9 +598,7 @@ def event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple[Any, ...], Decima
     from billing_audit.events import INTERRUPTING
     from billing_audit.reconcile import CLUSTER_GAP, MATCH_BEFORE
 
-    held = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'interruption_events'"
-                       ).fetchone()
-    if not held or not held[0]:
+    if not has_relation(con, "interruption_events"):
         return {}
     shared = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'ba_k8s_events'"
                          ).fetchone()

@@ -68,3 +68,26 @@ def test_a_failed_ingest_adds_no_column(tmp_path: Path) -> None:
         assert _columns(store.con, "line_items_data") == before
         assert store.con.execute("SELECT count(*) FROM line_items WHERE x_Provider = 'azure'").fetchone() == (0,)
         assert store.con.execute("SELECT sum(BilledCost) FROM line_items").fetchone()[0] > Decimal(0)
+
+
+def test_a_relation_is_there_as_information_schema_lists_it(tmp_path: Path) -> None:
+    """has_relation answers what information_schema.tables answers: the store's tables and views (line_items is
+    a view), temp tables, and not DuckDB's own catalog views; a read-only store opens without the ingest's macros."""
+    from billing_audit.store import has_relation
+
+    db = tmp_path / "store.duckdb"
+    with billing_audit.open(db) as store:
+        store.ingest([FIXTURES / "aws" / "cur2"])
+        store.con.execute("CREATE TEMP TABLE ba_scratch AS SELECT 1 AS x")
+        names = ["line_items", "line_items_data", "slices", "ba_scratch", "interruption_events", "no_such_table",
+                 "duckdb_tables", "tables", "columns"]
+        listed = {n for n in names if store.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [n]
+        ).fetchone()[0]}
+        assert {n for n in names if has_relation(store.con, n)} == listed
+        assert {"line_items", "line_items_data", "slices", "ba_scratch"} <= listed and "no_such_table" not in listed
+        assert store.con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'ba_tags'").fetchone()[0]
+    with billing_audit.open(db, read_only=True) as reader:
+        assert has_relation(reader.con, "line_items") and not has_relation(reader.con, "ba_scratch")
+        assert not reader.con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'ba_tags'"
+                                      ).fetchone()[0]
