@@ -363,22 +363,22 @@ def fused_scan_sql(part: Sequence[tuple[Rule, exp.Expression, exp.Expression]], 
     and reason.  Each line's conditions are evaluated once, into a bit mask; only the lines some rule hits (about
     two in five of a bill) then build the list of hits and their reasons (1M lines: the scan 0.68-0.71 -> 0.47-0.62
     s, the same hits).  A condition that is NULL is not a hit, as in a CASE."""
-    if len(part) > MASK_RULES:
-        cases = [f"CASE WHEN ({cond.sql(dialect='duckdb')}) THEN {_hit_struct(r, reason)} END" for r, cond, reason in part]
-        return (f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
-                f"FROM {source}")
-    mask = " + ".join(f"(CASE WHEN ({cond.sql(dialect='duckdb')}) THEN {1 << i} ELSE 0 END)"
-                      for i, (_, cond, _) in enumerate(part))
+    masked = len(part) <= MASK_RULES
     cases = []
-    for i, (r, _, reason) in enumerate(part):
-        # the memo's columns are the subquery's own below (named line_items), as the line's are
-        reason = reason.copy()
-        for col in reason.find_all(exp.Column):
-            if col.table == "ba_m":
-                col.set("table", exp.to_identifier("line_items"))
-        cases.append(f"CASE WHEN (ba_mask & {1 << i}) <> 0 THEN {_hit_struct(r, reason)} END")
+    for i, (r, cond, reason) in enumerate(part):
+        if masked:  # the memo's columns are the subquery's own below (named line_items), as the line's are
+            reason = reason.copy()
+            for col in reason.find_all(exp.Column):
+                if col.table == "ba_m":
+                    col.set("table", exp.to_identifier("line_items"))
+        test = f"(ba_mask & {1 << i}) <> 0" if masked else f"({cond.sql(dialect='duckdb')})"
+        cases.append(f"CASE WHEN {test} THEN {_hit_struct(r, reason)} END")
+    if masked:
+        mask = " + ".join(f"(CASE WHEN ({cond.sql(dialect='duckdb')}) THEN {1 << i} ELSE 0 END)"
+                          for i, (_, cond, _) in enumerate(part))
+        source = f"(SELECT *, CAST({mask} AS BIGINT) AS ba_mask FROM {source}) AS line_items WHERE ba_mask <> 0"
     return (f"SELECT x_LineItemId, unnest(list_filter([{', '.join(cases)}], lambda x: x IS NOT NULL)) AS h "
-            f"FROM (SELECT *, CAST({mask} AS BIGINT) AS ba_mask FROM {source}) AS line_items WHERE ba_mask <> 0")
+            f"FROM {source}")
 
 
 def _hit_struct(r: Rule, reason: exp.Expression) -> str:
